@@ -1,0 +1,1 @@
+"""Seat policies: the Agent protocol, the registry and the built-in agents."""

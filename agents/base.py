@@ -1,0 +1,49 @@
+"""The Agent protocol: anything that maps a seat's observation to an action.
+
+An agent receives only its own seat's :class:`~market.observations.Observation` and its own seed
+(derived per seat; it reveals nothing about the episode seed). ``aact`` lets LLM agents run
+concurrently; scripted agents inherit the default that calls ``act``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from market.actions import ActionModel
+from market.observations import Observation
+
+
+@runtime_checkable
+class Agent(Protocol):
+    name: str
+    roles: frozenset[str]
+
+    def reset(self, seed: int | None = None) -> None: ...
+
+    def act(self, observation: Observation) -> ActionModel | str | dict: ...
+
+    async def aact(self, observation: Observation) -> ActionModel | str | dict: ...
+
+
+class BaseAgent:
+    """Convenience base: a name, the roles it fills, a seeded Generator, and async via ``act``."""
+
+    name: ClassVar[str] = "base"
+    roles: ClassVar[frozenset[str]] = frozenset({"bidder"})
+
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng(0)
+
+    def reset(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation: Observation) -> ActionModel | str | dict:
+        raise NotImplementedError
+
+    async def aact(self, observation: Observation) -> ActionModel | str | dict:
+        return self.act(observation)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"

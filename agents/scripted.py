@@ -1,0 +1,197 @@
+"""Scripted seats: enough of the population to exercise the environment.
+
+Bidders: ``truthful`` (bids expected marginal values), ``random_valid`` (uniformly random among
+legal actions, with valid-looking arguments), ``always_accept`` (accepts every offer, bids
+truthfully) and three spam policies used to prove talk alone never pays. Designer: ``fixed``
+(keeps the scenario's mechanism).
+"""
+
+from __future__ import annotations
+
+from agents.base import BaseAgent
+from market.actions import (
+    AcceptOffer,
+    ActionModel,
+    AllocateToJob,
+    Bid,
+    CommitToCoalition,
+    CounterOffer,
+    FormCoalition,
+    LeaveCoalition,
+    MakePitch,
+    RejectOffer,
+    SendMessage,
+    SendOffer,
+    SetMechanism,
+    Wait,
+)
+from market.mechanisms import AUCTION_TYPES, COALITION_POLICIES
+from market.observations import Observation
+
+WAIT = Wait()
+
+
+def marginal_values(obs: Observation) -> list[float]:
+    """Expected value of each extra block this round, highest first, after blocks already held.
+
+    A block on a live job that this round's reliability can run is worth the job's value per
+    block times the reliability.
+    """
+    values: list[float] = []
+    for job in obs.jobs or ():
+        if job.status == "active" and job.min_reliability <= obs.reliability:
+            values += [job.value / job.size * obs.reliability] * (job.size - job.progress)
+    values.sort(reverse=True)
+    held = (obs.holdings or [0])[0]
+    return values[held:]
+
+
+def affordable(bids: list[float], budget: float, max_units: int) -> list[float]:
+    """The longest prefix of a non-increasing schedule that fits the budget and the unit limit."""
+    out, total = [], 0.0
+    for b in bids[:max_units]:
+        if total + b > budget:
+            break
+        out.append(round(b, 6))
+        total += round(b, 6)
+    return out
+
+
+def truthful_bid(obs: Observation) -> Bid:
+    return Bid(bids=affordable(marginal_values(obs), obs.budget or 0.0, max(1, obs.capacity)))
+
+
+class TruthfulBidder(BaseAgent):
+    """Bids its expected marginal value for every block it could use; never negotiates."""
+
+    name = "truthful"
+
+    def act(self, obs: Observation) -> ActionModel:
+        return truthful_bid(obs) if obs.phase == "bidding" else WAIT
+
+
+class AlwaysAcceptBidder(BaseAgent):
+    """Accepts the first offer it receives, whatever its terms (a GPU-arena baseline); bids truthfully."""
+
+    name = "always_accept"
+
+    def act(self, obs: Observation) -> ActionModel:
+        if obs.phase == "negotiation" and obs.offers_received:
+            return AcceptOffer(offer_id=obs.offers_received[0].offer_id)
+        return truthful_bid(obs) if obs.phase == "bidding" else WAIT
+
+
+class RandomValidBidder(BaseAgent):
+    """Picks uniformly among the legal action types, then random arguments that are usually valid."""
+
+    name = "random_valid"
+
+    def act(self, obs: Observation) -> ActionModel:
+        kind = str(self.rng.choice([k for k in obs.legal_actions if k != "finish"] or ["wait"]))
+        others = [s for s in obs.active_labs if s != obs.seat]
+        rng = self.rng
+        budget = obs.budget or 0.0
+        held = (obs.holdings or [0])[0]
+        live_jobs = [j for j in obs.jobs or () if j.status == "active"]
+        if kind == "bid":
+            n = int(rng.integers(0, max(1, obs.capacity) + 1))
+            bids = sorted((float(x) for x in rng.uniform(0, budget / max(1, n) if n else 0, n)), reverse=True)
+            return Bid(bids=affordable(bids, budget, max(1, obs.capacity)))
+        if kind == "send_offer" and others:
+            side = "sell" if held > 0 and rng.random() < 0.5 else "buy"
+            blocks = int(rng.integers(1, max(1, held) + 1))
+            price = float(rng.uniform(0, min(budget, 100.0))) if side == "buy" else float(rng.uniform(0, 100.0))
+            return SendOffer(to=str(rng.choice(others)), side=side, blocks=blocks, price=round(price, 2))
+        if kind in ("accept_offer", "reject_offer", "counter_offer") and obs.offers_received:
+            offer = obs.offers_received[int(rng.integers(len(obs.offers_received)))]
+            if kind == "accept_offer":
+                return AcceptOffer(offer_id=offer.offer_id)
+            if kind == "reject_offer":
+                return RejectOffer(offer_id=offer.offer_id)
+            return CounterOffer(offer_id=offer.offer_id, blocks=offer.blocks, price=round(offer.price * float(rng.uniform(0.5, 1.5)), 2))
+        if kind == "form_coalition" and others:
+            k = int(rng.integers(1, len(others) + 1))
+            members = [str(m) for m in rng.choice(others, size=k, replace=False)]
+            return FormCoalition(members=members, purpose="pool budget", contribution=round(float(rng.uniform(0, budget / 4)), 2))
+        invitations = [c for c in obs.coalitions or () if obs.seat in c.invited]
+        if kind == "commit_to_coalition" and invitations:
+            return CommitToCoalition(coalition_id=invitations[0].coalition_id, contribution=round(float(rng.uniform(0, budget / 4)), 2))
+        mine = [c for c in obs.coalitions or () if obs.seat in c.members]
+        if kind == "leave_coalition" and mine:
+            return LeaveCoalition(coalition_id=mine[int(rng.integers(len(mine)))].coalition_id)
+        if kind == "send_message":
+            to = "all" if not others or rng.random() < 0.5 else str(rng.choice(others))
+            return SendMessage(to=to, text=f"round {obs.round}: looking for blocks")
+        if kind == "make_pitch":
+            return MakePitch(text="We need compute to finish our job before its deadline.", blocks_requested=int(rng.integers(1, 4)))
+        if kind == "allocate_to_job" and live_jobs:
+            job = live_jobs[int(rng.integers(len(live_jobs)))]
+            return AllocateToJob(job_id=job.job_id, blocks=int(rng.integers(0, job.size - job.progress + 1)))
+        return WAIT
+
+
+class FixedDesigner(BaseAgent):
+    """Keeps the scenario's mechanism in force."""
+
+    name = "fixed"
+    roles = frozenset({"designer"})
+
+    def act(self, obs: Observation) -> ActionModel:
+        return WAIT
+
+
+class RandomDesigner(BaseAgent):
+    """A uniformly random mechanism every time it acts (the DAEDALUS random baseline)."""
+
+    name = "random"
+    roles = frozenset({"designer"})
+
+    def act(self, obs: Observation) -> ActionModel:
+        rng = self.rng
+        return SetMechanism.model_validate({"mechanism": {
+            "auction_type": str(rng.choice(AUCTION_TYPES)),
+            "reserve_price": round(float(rng.uniform(0, 30)), 2),
+            "reveal_reserve": bool(rng.random() < 0.5),
+            "reveal_competing_bids": bool(rng.random() < 0.5),
+            "reveal_winner_identity": bool(rng.random() < 0.5),
+            "reveal_clearing_price": bool(rng.random() < 0.5),
+            "reveal_bid_distribution": bool(rng.random() < 0.5),
+            "shill_penalty": round(float(rng.uniform(0, 20)), 2),
+            "withdrawal_penalty": round(float(rng.uniform(0, 20)), 2),
+            "collusion_penalty": round(float(rng.uniform(0, 20)), 2),
+            "coalition_policy": str(rng.choice(COALITION_POLICIES)),
+            "judge_pool_share": round(float(rng.uniform(0, 0.3)), 2),
+        }})
+
+
+class _Spammer(BaseAgent):
+    """Repeats one kind of talk every negotiation turn and never bids: talk alone must not pay."""
+
+    def talk(self, obs: Observation) -> ActionModel:
+        raise NotImplementedError
+
+    def act(self, obs: Observation) -> ActionModel:
+        return self.talk(obs) if obs.phase == "negotiation" else WAIT
+
+
+class OfferSpammer(_Spammer):
+    name = "spam_offers"
+
+    def talk(self, obs: Observation) -> ActionModel:
+        others = [s for s in obs.active_labs if s != obs.seat]
+        return SendOffer(to=others[0], side="buy", blocks=1, price=0.0) if others else WAIT
+
+
+class CoalitionSpammer(_Spammer):
+    name = "spam_coalitions"
+
+    def talk(self, obs: Observation) -> ActionModel:
+        others = [s for s in obs.active_labs if s != obs.seat]
+        return FormCoalition(members=others, purpose="synergy alignment partnership") if others else WAIT
+
+
+class PitchSpammer(_Spammer):
+    name = "spam_pitches"
+
+    def talk(self, obs: Observation) -> ActionModel:
+        return MakePitch(text="URGENT critical deadline breakthrough safety impact " * 5, blocks_requested=1000)

@@ -1,0 +1,119 @@
+"""Execution: blocks held in a round run jobs; each used block fails with 1 - reliability.
+
+Order: forward contracts due this round are delivered (a short seller is in breach), then each
+active lab's blocks go to its jobs: first as its ``allocate_to_job`` plan says, then earliest
+deadline first. A block adds one unit of progress unless it fails; progress never exceeds size;
+unused blocks are wasted (capacity is perishable). Jobs then complete or expire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from market.ledger import pay_operator, transfer_credits
+from market.negotiation import Book, Contract
+from market.world import Job, World
+
+BREACH_REPUTATION_LOSS = 0.05
+
+
+@dataclass(slots=True)
+class Breach:
+    contract: Contract
+    shortfall: int
+    refund: float
+    penalty: float
+
+
+def settle_contracts(world: World, book: Book, now: int, withdrawal_penalty: float) -> list[Breach]:
+    """Deliver forward contracts due now; refund and penalise any shortfall.
+
+    A seller short by s of b blocks refunds price x s/b (as far as its budget allows) and pays the
+    withdrawal penalty per missing block to the operator, and loses reputation.
+    """
+    breaches = []
+    for contract in book.contracts:
+        if contract.delivery_round != now or contract.delivered >= 0:
+            continue
+        seller, buyer = contract.seller, contract.buyer
+        owned = int(world.holdings[seller, now]) if world.labs[seller].active else 0
+        delivered = min(contract.blocks, owned)
+        world.holdings[seller, now] -= delivered
+        world.holdings[buyer, now] += delivered
+        contract.delivered = delivered
+        shortfall = contract.blocks - delivered
+        if shortfall:
+            refund = min(contract.price * shortfall / contract.blocks, max(0.0, world.labs[seller].budget))
+            transfer_credits(world, seller, buyer, refund)
+            penalty = pay_operator(world, seller, withdrawal_penalty * shortfall)
+            lab = world.labs[seller]
+            lab.reputation = max(0.0, lab.reputation - BREACH_REPUTATION_LOSS * shortfall / contract.blocks)
+            breaches.append(Breach(contract, shortfall, refund, penalty))
+    return breaches
+
+
+def runnable(job: Job, reliability: float) -> bool:
+    return job.status == "active" and job.min_reliability <= reliability
+
+
+def assign_blocks(jobs: list[Job], blocks: int, plan: dict[str, int], reliability: float) -> list[tuple[Job, int]]:
+    """Blocks per job: the plan first (in its order), then earliest deadline first; never more
+    than a job's remaining size."""
+    assigned: dict[str, int] = {}
+    by_id = {j.job_id: j for j in jobs if runnable(j, reliability)}
+    left = blocks
+    for job_id, want in plan.items():
+        job = by_id.get(job_id)
+        if job is None or left <= 0:
+            continue
+        give = min(want, job.remaining, left)
+        assigned[job_id] = give
+        left -= give
+    for job in sorted(by_id.values(), key=lambda j: (j.deadline, j.arrival, j.job_id)):
+        if left <= 0:
+            break
+        give = min(job.remaining - assigned.get(job.job_id, 0), left)
+        if give > 0:
+            assigned[job.job_id] = assigned.get(job.job_id, 0) + give
+            left -= give
+    return [(by_id[k], v) for k, v in assigned.items() if v > 0]
+
+
+def run_blocks(assignment: list[tuple[Job, int]], reliability: float, rng: np.random.Generator) -> int:
+    """Run assigned blocks; returns blocks that succeeded. One uniform draw per block used."""
+    used = sum(n for _, n in assignment)
+    if used == 0:
+        return 0
+    ok = rng.random(used) < reliability
+    k = 0
+    total = 0
+    for job, n in assignment:
+        gained = int(ok[k:k + n].sum())
+        job.progress = min(job.size, job.progress + gained)
+        total += gained
+        k += n
+    return total
+
+
+def settle_jobs(jobs: list[Job], now: int) -> float:
+    """Complete finished jobs and expire those whose deadline is ``now``; returns value realised."""
+    realized = 0.0
+    for job in jobs:
+        if job.status != "active":
+            continue
+        if job.progress >= job.size:
+            job.status, job.realized = "done", job.value
+            realized += job.value
+        elif job.deadline <= now:
+            job.status = "expired"
+            job.realized = job.unit_value * job.progress if job.partial_credit else 0.0
+            realized += job.realized
+    return realized
+
+
+def activate_jobs(jobs: list[Job], now: int) -> None:
+    for job in jobs:
+        if job.status == "pending" and job.arrival <= now:
+            job.status = "active"
