@@ -60,6 +60,7 @@ from market.observations import (
     OfferView,
     PitchView,
     ShockView,
+    fast_model,
 )
 from market.rewards import designer_composite, gini, optimal_welfare, stability
 from market.rng import RngStreams
@@ -81,6 +82,7 @@ LEGAL: dict[str, tuple[str, ...]] = {
     "bidding": ("bid", "allocate_to_job", "wait", "finish"),
     "done": (),
 }
+_NO_LOTTERY = np.random.Generator(np.random.PCG64(0))  # never drawn from (see _end_round)
 ACTION_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
 
 
@@ -125,7 +127,9 @@ class raw_env(AECEnv):
         n = self.scenario.n_seats
         self.possible_agents = ([DESIGNER] if self.scenario.designer_seat else []) + [f"bidder_{i}" for i in range(n)]
         self.observation_spaces = {a: ObservationSpace(a) for a in self.possible_agents}
-        self.action_spaces = {a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET) for a in self.possible_agents}
+        # seeded per seat so that seats entering mid-episode also sample reproducibly
+        self.action_spaces = {a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=k)
+                              for k, a in enumerate(self.possible_agents)}
         self._seed: int | None = None
 
     # --- PettingZoo surface -------------------------------------------------------------
@@ -146,6 +150,9 @@ class raw_env(AECEnv):
         self.coalitions = coal.CoalitionBook()
         self.graph = InteractionGraph(sc.n_seats)
         self.mechanism: Mechanism = sc.mechanism
+        self._mech_views: dict[bool, tuple[Mechanism, MechanismView]] = {}
+        self._obs_cache: dict[str, tuple[tuple[int, str, bool], Observation]] = {}
+        self._version = 0
         self.round = 0
         self.phase = "design"
         self.results: list[RoundResult] = []
@@ -161,6 +168,7 @@ class raw_env(AECEnv):
         self.rewards, self._cumulative_rewards = {}, {}
         self.terminations, self.truncations, self.infos = {}, {}, {}
         self._pending: dict[str, dict[str, float]] = {}
+        self._rewarded: set[str] = set()
         if sc.designer_seat:
             self._add_seat(DESIGNER)
         self._skip_agent_selection = None
@@ -170,7 +178,15 @@ class raw_env(AECEnv):
             self.render()
 
     def observe(self, agent: str) -> Observation:
-        return self._observation(agent)
+        # Observations are rebuilt only when the state a seat can see may have changed: after any
+        # valid action other than wait, and at round boundaries. Treat them as read-only.
+        key = (self._version, self.phase, self.agent_selection == agent and self._live(agent))
+        cached = self._obs_cache.get(agent)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        obs = self._observation(agent)
+        self._obs_cache[agent] = (key, obs)
+        return obs
 
     def step(self, action: Any) -> None:
         agent = self.agent_selection
@@ -179,7 +195,12 @@ class raw_env(AECEnv):
             return
         self._cumulative_rewards[agent] = 0.0
         self._pending[agent] = {}
-        self.rewards = dict.fromkeys(self.agents, 0.0)
+        # rewards/infos are touched only for seats that got something this step: O(1) per step
+        # in a market of thousands of labs, not O(labs)
+        for a in self._rewarded:
+            if a in self.rewards:
+                self.rewards[a] = 0.0
+        self._rewarded = {agent}
         info: dict[str, Any] = {"round": self.round, "phase": self.phase}
         try:
             act = parse_action(action, designer=agent == DESIGNER)
@@ -190,6 +211,8 @@ class raw_env(AECEnv):
                 raise ActionError(f"{act.action_type} is not allowed in the {self.phase} phase; legal now: {', '.join(legal)}")
             info["action"] = act.action_type
             info["result"] = self._apply(agent, act)
+            if act.action_type != "wait":
+                self._version += 1
             if act.action_type in TALK_ACTIONS:
                 self._reward(agent, "talk_cost", -self.scenario.rewards.talk_cost)
         except (ActionParseError, ActionError) as exc:
@@ -197,9 +220,10 @@ class raw_env(AECEnv):
             self._reward(agent, "invalid_action", -self.scenario.rewards.invalid_action_penalty)
         self.infos[agent] = info
         self._advance()
-        for a in self.agents:
-            self.infos[a]["reward_components"] = dict(self._pending.get(a, {}))
-        self._accumulate_rewards()
+        for a in self._rewarded:
+            if a in self.infos:
+                self.infos[a]["reward_components"] = dict(self._pending[a])
+                self._cumulative_rewards[a] += self.rewards[a]
         self._deads_step_first()
         if self.render_mode == "human":
             self.render()
@@ -222,15 +246,20 @@ class raw_env(AECEnv):
         self._cumulative_rewards[agent] = 0.0
         self.terminations[agent] = False
         self.truncations[agent] = False
-        self.infos[agent] = {}
+        self.infos[agent] = {"reward_components": {}}
         self._pending[agent] = {}
 
     def _reward(self, agent: str, component: str, value: float) -> None:
         if agent not in self.rewards or value == 0.0:
             return
         self.rewards[agent] += value
+        self._rewarded.add(agent)
         pending = self._pending[agent]
         pending[component] = pending.get(component, 0.0) + value
+
+    def _clear_rewards(self) -> None:
+        for agent in self.rewards:  # PettingZoo's version (used by dead steps) writes int 0
+            self.rewards[agent] = 0.0
 
     def _lab_reward(self, lab: int, component: str, credits: float) -> None:
         self._reward(f"bidder_{lab}", component, float(credits) / self.scenario.rewards.value_unit)
@@ -413,6 +442,7 @@ class raw_env(AECEnv):
 
     # --- clearing, execution, rewards ----------------------------------------------------
     def _end_round(self) -> None:
+        self._version += 1
         world, now, sc = self.world, self.round, self.scenario
         active = [i for i, lab in enumerate(world.labs) if lab.active]
         reliability = float(world.reliability[now])
@@ -421,8 +451,10 @@ class raw_env(AECEnv):
         entries += [e for cid, e in sorted(self._coalition_bids.items())
                     if self.coalitions.coalitions[cid].status == "active"]
         priority = self.streams.stream("clearing", now).permutation(len(world.labs))
+        # only posted_price draws a lottery; skip building its generator otherwise
+        lottery = self.streams.stream("clearing", now, 1) if self.mechanism.auction_type == "posted_price" else _NO_LOTTERY
         result = clear_round(world, self.book, self.coalitions, self.graph, entries, self.mechanism, now,
-                             priority, self.streams.stream("clearing", now, 1))
+                             priority, lottery)
         for lab, paid in result.paid.items():
             self._lab_reward(lab, "auction_payments", -paid)
         for lab, penalty in result.shill.items():
@@ -444,20 +476,26 @@ class raw_env(AECEnv):
         uv, rem, own = np.array(unit_values), np.array(remaining, dtype=np.int64), np.array(owners, dtype=np.int64)
         optimum = optimal_welfare(uv, rem, blocks_total)
         allocated_value = np.zeros(len(world.labs))
+        assignments = {}
         for i in active:
-            lab = world.labs[i]
-            assignment = execution.assign_blocks(lab.jobs, int(world.holdings[i, now]), self._plans.get(i, {}), reliability)
-            allocated_value[i] = sum(job.unit_value * n for job, n in assignment)
-            execution.run_blocks(assignment, reliability, self.streams.stream("execution", now, i))
-            execution.settle_jobs(lab.jobs, now)
+            assignment = execution.assign_blocks(world.labs[i].jobs, int(world.holdings[i, now]), self._plans.get(i, {}), reliability)
+            if assignment:
+                assignments[i] = assignment
+                allocated_value[i] = sum(job.unit_value * n for job, n in assignment)
+        max_used = max((sum(n for _, n in a) for a in assignments.values()), default=0)
+        if max_used:
+            ok = execution.failure_draws(self.streams.stream("execution", now), len(world.labs), max_used, reliability)
+            for i, assignment in assignments.items():
+                execution.run_blocks(assignment, ok[i])
+        for i in active:
+            execution.settle_jobs(world.labs[i].jobs, now)
         for i, lab in enumerate(world.labs):
             if lab.entered:
                 value = sum(j.potential() for j in lab.jobs)
                 self._lab_reward(i, "job_value", value - self._potential[i])
                 self._potential[i] = value
         # designer's composite
-        satisfaction = [allocated_value[i] / best for i in active
-                        if (best := optimal_welfare(uv[own == i], rem[own == i], blocks_total)) > 0]
+        satisfaction = self._satisfaction(active, allocated_value, uv, rem, own, blocks_total)
         bidders = {e.lab for e in entries if e.bids}
         for e in entries:
             if e.coalition_id is not None and e.bids:
@@ -487,6 +525,18 @@ class raw_env(AECEnv):
         self._bids, self._coalition_bids, self._plans = {}, {}, {}
         if now + 1 >= sc.rounds or not any(lab.active for lab in world.labs) and not (world.entry_round > now).any():
             self._finish_episode()
+
+    @staticmethod
+    def _satisfaction(active: list[int], allocated: np.ndarray, uv: np.ndarray, rem: np.ndarray,
+                      own: np.ndarray, blocks: int) -> np.ndarray:
+        """Each lab's allocated value over the most its jobs could use of this round's blocks."""
+        n = len(allocated)
+        demand = np.bincount(own, weights=rem, minlength=n) if own.size else np.zeros(n)
+        best = np.bincount(own, weights=uv * rem, minlength=n) if own.size else np.zeros(n)
+        for i in np.flatnonzero(demand > blocks):  # rare: one lab could absorb every block
+            best[i] = optimal_welfare(uv[own == i], rem[own == i], blocks)
+        labs = [i for i in active if best[i] > 0]
+        return allocated[labs] / best[labs]
 
     def _finish_episode(self) -> None:
         for i, lab in enumerate(self.world.labs):
@@ -522,19 +572,16 @@ class raw_env(AECEnv):
 
     # --- observations ------------------------------------------------------------------
     def _observation(self, agent: str) -> Observation:
-        world, now, mech = self.world, self.round, self.mechanism
+        world, now = self.world, self.round
         is_designer = agent == DESIGNER
         me = -1 if is_designer else int(agent[7:])
         seat_of = self.world.labs
         active_labs = [lab.seat for lab in seat_of if lab.active]
-        mech_view = MechanismView.model_construct(
-            **{k: v for k, v in mech.model_dump().items() if k != "reserve_price"},
-            reserve_price=mech.reserve_price if (mech.reveal_reserve or is_designer) else None,
-        )
+        mech_view = self._mechanism_view(is_designer)
         price_history = [p if (r.mechanism.reveal_clearing_price or is_designer) else None
                          for p, r in zip(self._prices, self.results, strict=True)]
         messages = [
-            MessageView.model_construct(
+            fast_model(MessageView,
                 sender=seat_of[m.sender].seat,
                 to="all" if m.recipients is None else [seat_of[i].seat for i in m.recipients],
                 text=m.text, round=m.round,
@@ -543,12 +590,12 @@ class raw_env(AECEnv):
             if m.recipients is None or m.sender == me or me in m.recipients
         ]
         pitches = [
-            PitchView.model_construct(lab=seat_of[p.lab].seat, text=p.text, blocks_requested=p.blocks_requested,
+            fast_model(PitchView, lab=seat_of[p.lab].seat, text=p.text, blocks_requested=p.blocks_requested,
                                       counters=[f"{seat_of[c].seat}: {t}" for c, t in p.counters])
             for p in self.book.pitches.values()
         ]
         shocks = [
-            ShockView.model_construct(kind=s.kind, round=s.round, duration=s.duration, magnitude=s.magnitude,
+            fast_model(ShockView, kind=s.kind, round=s.round, duration=s.duration, magnitude=s.magnitude,
                                       target=None if s.target is None else seat_of[s.target].seat, public=s.public)
             for s in self.shocks if s.round <= now and (s.public or (s.target == me and me >= 0))
         ]
@@ -567,7 +614,7 @@ class raw_env(AECEnv):
         )
         if is_designer:
             h = self.designer_history
-            fields["designer_stats"] = DesignerStats.model_construct(
+            fields["designer_stats"] = fast_model(DesignerStats,
                 welfare_ratio=list(h["welfare_ratio"]), fairness=list(h["fairness"]),
                 participation=list(h["participation"]), stability=list(h["stability"]),
                 revenue=[r.revenue for r in self.results], prices=list(self._prices),
@@ -579,30 +626,43 @@ class raw_env(AECEnv):
             fields.update(
                 budget=lab.budget, reputation=lab.reputation,
                 holdings=[int(h) for h in world.holdings[me, now:]],
-                jobs=[JobView.model_construct(job_id=j.job_id, size=j.size, progress=j.progress, deadline=j.deadline,
+                jobs=[fast_model(JobView, job_id=j.job_id, size=j.size, progress=j.progress, deadline=j.deadline,
                                               value=j.value, partial_credit=j.partial_credit,
                                               min_reliability=j.min_reliability, status=j.status)
                       for j in lab.jobs if j.status != "pending"],
                 offers_received=[self._offer_view(o) for o in self.book.offers.values() if o.recipient == me and o.status == "open"],
                 offers_sent=[self._offer_view(o) for o in self.book.offers.values() if o.sender == me and o.status == "open"],
-                contracts=[ContractView.model_construct(contract_id=c.contract_id, seller=seat_of[c.seller].seat,
+                contracts=[fast_model(ContractView, contract_id=c.contract_id, seller=seat_of[c.seller].seat,
                                                         buyer=seat_of[c.buyer].seat, blocks=c.blocks, price=c.price,
                                                         delivery_round=c.delivery_round)
                            for c in self.book.contracts if c.delivered < 0 and me in (c.seller, c.buyer)],
                 coalitions=[self._coalition_view(c, me, private=True) for c in self.coalitions.of(me)],
             )
-        return Observation.model_construct(**fields)
+        return fast_model(Observation, **fields)
+
+    def _mechanism_view(self, is_designer: bool) -> MechanismView:
+        """The mechanism as a seat sees it (the reserve hidden unless revealed); cached per mechanism."""
+        cached = self._mech_views.get(is_designer)
+        if cached is not None and cached[0] is self.mechanism:
+            return cached[1]
+        mech = self.mechanism
+        fields = mech.model_dump()
+        if not (mech.reveal_reserve or is_designer):
+            fields["reserve_price"] = None
+        view = fast_model(MechanismView, **fields)
+        self._mech_views[is_designer] = (mech, view)
+        return view
 
     def _offer_view(self, o: negotiation.Offer) -> OfferView:
         labs = self.world.labs
-        return OfferView.model_construct(offer_id=o.offer_id, sender=labs[o.sender].seat, recipient=labs[o.recipient].seat,
+        return fast_model(OfferView, offer_id=o.offer_id, sender=labs[o.sender].seat, recipient=labs[o.recipient].seat,
                                          side=o.side, blocks=o.blocks, price=o.price, delivery_round=o.delivery_round,
                                          expires_round=o.expires_round, status=o.status, message=o.message)
 
     def _coalition_view(self, c: coal.Coalition, me: int, private: bool) -> CoalitionView:
         labs = self.world.labs
         member = private and me in c.members
-        return CoalitionView.model_construct(
+        return fast_model(CoalitionView,
             coalition_id=c.coalition_id, leader=labs[c.leader].seat, members=[labs[m].seat for m in c.members],
             invited=[labs[m].seat for m in sorted(c.invited)], purpose=c.purpose, split=c.split,
             term_end=c.term_end, status=c.status, pool=c.pool if member else None,
@@ -635,7 +695,7 @@ class raw_env(AECEnv):
                  "min": float(flat.min()), "max": float(flat.max()), "median": float(np.median(flat))}
                 if flat.size else {"count": 0.0}
             )
-        return MarketResultView.model_construct(**view)
+        return fast_model(MarketResultView, **view)
 
     # --- rendering ---------------------------------------------------------------------
     def _render_text(self) -> str:

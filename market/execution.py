@@ -81,20 +81,28 @@ def assign_blocks(jobs: list[Job], blocks: int, plan: dict[str, int], reliabilit
     return [(by_id[k], v) for k, v in assigned.items() if v > 0]
 
 
-def run_blocks(assignment: list[tuple[Job, int]], reliability: float, rng: np.random.Generator) -> int:
-    """Run assigned blocks; returns blocks that succeeded. One uniform draw per block used."""
-    used = sum(n for _, n in assignment)
-    if used == 0:
-        return 0
-    ok = rng.random(used) < reliability
+def run_blocks(assignment: list[tuple[Job, int]], successes: np.ndarray) -> int:
+    """Run assigned blocks; ``successes[k]`` says whether the lab's k-th block this round works.
+
+    Returns the blocks that succeeded. Progress never exceeds a job's size.
+    """
     k = 0
     total = 0
     for job, n in assignment:
-        gained = int(ok[k:k + n].sum())
+        gained = int(successes[k:k + n].sum())
         job.progress = min(job.size, job.progress + gained)
         total += gained
         k += n
     return total
+
+
+def failure_draws(rng: np.random.Generator, n_labs: int, max_blocks: int, reliability: float) -> np.ndarray:
+    """Success flags, shape (labs, max_blocks): entry (i, k) is lab i's k-th block this round.
+
+    Drawn column by column, so entry (i, k) is draw number k * n_labs + i whatever the other labs
+    use: a lab's failures do not depend on anyone else's actions (common random numbers).
+    """
+    return (rng.random((max_blocks, n_labs)) < reliability).T
 
 
 def settle_jobs(jobs: list[Job], now: int) -> float:

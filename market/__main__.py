@@ -1,0 +1,5 @@
+import sys
+
+from market.cli import main
+
+sys.exit(main())

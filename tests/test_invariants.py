@@ -1,0 +1,259 @@
+"""Market invariants under long seeded random play with mixed scripted seats.
+
+After every step: credits conserved, no negative budget or holdings, job progress and status
+consistent, no block created or used twice, no resurrection, finite rewards that equal the sum of
+their components. Per episode: trades are zero-sum and each lab's return decomposes into realised
+job value plus its budget change (payments, trades, penalties) plus the shaping terms.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import scenarios
+from conftest import make_seats, new_env, play
+
+from agents.base import BaseAgent
+from agents.registry import make_agent
+from market.actions import Finish
+from market.environment import TALK_ACTIONS
+
+SCENARIOS = scenarios.builtin_names()
+BIDDERS = ["random_valid", "truthful", "always_accept", "spam_offers", "spam_coalitions", "spam_pitches"]
+DESIGNERS = ["fixed", "random"]
+
+
+class Quitter(BaseAgent):
+    """Plays like ``inner`` but finishes (leaves the market) with a small probability per turn."""
+
+    name = "quitter"
+
+    def __init__(self, inner: str = "random_valid", p: float = 0.03) -> None:
+        super().__init__()
+        self.inner, self.p = make_agent(inner), p
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.inner.reset(None if seed is None else seed + 1)
+
+    def act(self, obs: Any) -> Any:
+        if "finish" in obs.legal_actions and self.rng.random() < self.p:
+            return Finish()
+        return self.inner.act(obs)
+
+
+def mixed_seats(env: Any, seed: int, quitters: bool = True) -> dict[str, Any]:
+    """A seed-dependent mix of the scripted population (rotated specs, fixed/random designer)."""
+    k = seed % len(BIDDERS)
+    rotated = BIDDERS[k:] + BIDDERS[:k]
+    seats = make_seats(env, rotated, designer=DESIGNERS[seed % 2])
+    if quitters and seed % 3 == 0:
+        seats["bidder_0"] = Quitter("random_valid" if seed % 2 else "truthful")
+    return seats
+
+
+class InvariantChecker:
+    """Asserts the step invariants; call :meth:`after` after every ``env.step``."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.raw = env.unwrapped
+        self.seen: set[str] = set()
+        self.gone: set[str] = set()
+        self.steps = 0
+        self.errors: dict[str, int] = {}
+        self.talks: dict[str, int] = {}
+        self.components: dict[str, dict[str, float]] = {}
+        self._start()
+
+    def _start(self) -> None:
+        raw = self.raw
+        self.initial_holdings = raw.world.holdings.copy()
+        self.initial_budgets = [lab.budget for lab in raw.world.labs]
+        self.n_results = 0
+        self.progress = self._progress()
+        self.seen |= set(raw.agents)
+
+    def _progress(self) -> np.ndarray:
+        return np.array([sum(j.progress for j in lab.jobs) for lab in self.raw.world.labs])
+
+    def before(self, turn: dict[str, Any]) -> None:
+        # the reward last() returned is exactly the sum of the components in the seat's info
+        comps = turn["info"].get("reward_components", {})
+        assert isinstance(turn["reward"], float) and math.isfinite(turn["reward"])
+        assert sum(comps.values()) == pytest.approx(turn["reward"], abs=1e-9), (turn["agent"], comps, turn["reward"])
+        for name, value in comps.items():
+            bucket = self.components.setdefault(turn["agent"], {})
+            bucket[name] = bucket.get(name, 0.0) + value
+
+    def after(self, turn: dict[str, Any]) -> None:
+        raw, w = self.raw, self.raw.world
+        self.steps += 1
+        agent = turn["agent"]
+        if not turn["dead"]:
+            info = raw.infos[agent]
+            if "error" in info:
+                self.errors[agent] = self.errors.get(agent, 0) + 1
+                assert info["error"], "empty error message"
+            elif info.get("action") in TALK_ACTIONS:
+                self.talks[agent] = self.talks.get(agent, 0) + 1
+        # credits conserved; budgets and holdings never negative
+        scale = max(1.0, raw._initial_credits)
+        assert abs(raw.credit_balance()) <= 1e-6 * scale, f"credits not conserved: {raw.credit_balance()}"
+        for lab in w.labs:
+            assert lab.budget >= -1e-9, f"{lab.seat} budget {lab.budget}"
+            assert 0.0 <= lab.reputation <= 1.0
+        assert (w.holdings >= 0).all(), f"negative holdings:\n{w.holdings}"
+        for c in raw.coalitions.coalitions.values():
+            assert all(b >= -1e-9 for b in c.balances.values()), c
+            if c.status == "dissolved":
+                assert not c.balances, f"dissolved coalition {c.coalition_id} still holds {c.balances}"
+        # jobs
+        for lab in w.labs:
+            for j in lab.jobs:
+                assert 0 <= j.progress <= j.size, j
+                if j.status == "done":
+                    assert j.progress == j.size and j.realized == j.value, j
+                elif j.status == "pending":
+                    assert j.progress == 0 and j.realized == 0.0, j
+                elif j.status == "active":
+                    assert j.progress < j.size, j
+                else:
+                    assert j.status == "expired", j
+                    want = j.unit_value * j.progress if j.partial_credit else 0.0
+                    assert j.realized == pytest.approx(want), j
+        # blocks: future rounds untouched by the operator, cleared rounds got at most capacity
+        progress = self._progress()
+        gained = progress - self.progress
+        assert (gained >= 0).all()
+        new_results = raw.results[self.n_results:]
+        if not new_results:
+            assert (gained == 0).all(), "progress without a clearing"
+        cleared = {r.round: r for r in raw.results}
+        for col in range(raw.scenario.rounds):
+            total = int(w.holdings[:, col].sum())
+            if col in cleared:
+                r = cleared[col]
+                granted = sum(v.granted for v in r.verdicts)
+                assert r.sold + granted <= r.capacity == int(w.capacity[col])
+                assert total == int(self.initial_holdings[:, col].sum()) + r.sold + granted, (col, total)
+            else:
+                assert total == int(self.initial_holdings[:, col].sum()), f"blocks created for round {col}"
+        for r in new_results:
+            # the progress of this clearing step ran on blocks the lab held that round
+            assert len(new_results) == 1
+            assert (gained <= w.holdings[:, r.round]).all(), (gained, w.holdings[:, r.round])
+            for lab in w.labs:
+                if not lab.active and lab.exit_round is not None and lab.exit_round < r.round:
+                    assert gained[lab.index] == 0
+        self.progress = progress
+        self.n_results = len(raw.results)
+        # seats: once removed never back; rewards finite; info components sum to the reward
+        now = set(raw.agents)
+        self.gone |= self.seen - now
+        assert not (self.gone & now), f"resurrected: {self.gone & now}"
+        self.seen |= now
+        for a, rew in raw.rewards.items():
+            assert isinstance(rew, float) and math.isfinite(rew), (a, rew)
+        for a in raw.agents:
+            comps = raw.infos[a].get("reward_components", {})
+            assert all(math.isfinite(v) for v in comps.values())
+            assert sum(comps.values()) == pytest.approx(raw._cumulative_rewards[a], abs=1e-9), (a, comps)
+
+
+def run_checked(scenario: str, seed: int, quitters: bool = True, **overrides: Any) -> tuple[Any, InvariantChecker, list]:
+    env = new_env(scenario, **overrides)
+    seats = mixed_seats(env, seed, quitters)
+    checker: InvariantChecker | None = None
+
+    def before(turn: dict[str, Any]) -> None:
+        nonlocal checker
+        if checker is None:
+            checker = InvariantChecker(env)
+        checker.before(turn)
+
+    turns = play(env, seats, seed, before_step=before, after_step=lambda t: checker.after(t))
+    assert checker is not None and checker.steps == len(turns)
+    return env, checker, turns
+
+
+def check_returns(env: Any, checker: InvariantChecker, turns: list) -> None:
+    """Zero-sum trades, and each lab's return rebuilt from the world state at the end."""
+    raw = env.unwrapped
+    sc = raw.scenario
+    vu = sc.rewards.value_unit
+    returns: dict[str, float] = {}
+    for t in turns:
+        returns[t["agent"]] = returns.get(t["agent"], 0.0) + t["reward"]
+    trade = [checker.components.get(lab.seat, {}).get("trade_balance", 0.0) for lab in raw.world.labs]
+    assert sum(trade) == pytest.approx(0.0, abs=1e-9), trade
+    assert raw.world.external_credits == 0.0
+    for lab in raw.world.labs:
+        seat = lab.seat
+        comps = checker.components.get(seat, {})
+        shaping = comps.get("invalid_action", 0.0) + comps.get("talk_cost", 0.0)
+        assert comps.get("invalid_action", 0.0) == pytest.approx(-sc.rewards.invalid_action_penalty * checker.errors.get(seat, 0))
+        assert comps.get("talk_cost", 0.0) == pytest.approx(-sc.rewards.talk_cost * checker.talks.get(seat, 0))
+        realized = sum(j.realized for j in lab.jobs)
+        budget_change = lab.budget - checker.initial_budgets[lab.index]
+        expected = (realized + budget_change) / vu + shaping
+        assert returns.get(seat, 0.0) == pytest.approx(expected, abs=1e-7), (seat, comps, realized, budget_change)
+        assert comps.get("job_value", 0.0) == pytest.approx(realized / vu, abs=1e-9), (seat, comps)
+        assert not any(j.status == "active" for j in lab.jobs), "a job is still live after the episode"
+
+
+# default run: a few dozen episodes per scenario, well under the time budget
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("chunk", range(3))
+def test_step_invariants(scenario: str, chunk: int) -> None:
+    for seed in range(chunk * 12, chunk * 12 + 12):
+        run_checked(scenario, seed)
+
+
+NO_BUDGET_SHOCKS = {"shock_rates__budget_cut": 0.0, "shock_rates__windfall": 0.0}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_returns_decompose(scenario: str) -> None:
+    for seed in range(20):
+        env, checker, turns = run_checked(scenario, seed, **NO_BUDGET_SHOCKS)
+        check_returns(env, checker, turns)
+
+
+def test_invariant_checker_catches_a_leak() -> None:
+    """The checker is not vacuous: a credit leak, a phantom block and excess progress all fail."""
+    env = new_env("market_round")
+    env.reset(seed=3)
+    checker = InvariantChecker(env)
+    turn = {"agent": env.agent_selection, "dead": False}
+    raw = env.unwrapped
+    raw.world.labs[0].budget += 1.0
+    with pytest.raises(AssertionError, match="credits"):
+        checker.after(turn)
+    raw.world.labs[0].budget -= 1.0
+    raw.world.holdings[1, 3] += 1
+    with pytest.raises(AssertionError, match="blocks created"):
+        checker.after(turn)
+    raw.world.holdings[1, 3] -= 1
+    job = raw.world.labs[0].jobs[0]
+    job.progress = job.size + 1
+    with pytest.raises(AssertionError):
+        checker.after(turn)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_step_invariants_soak(scenario: str) -> None:
+    for seed in range(100, 250):
+        env, checker, turns = run_checked(scenario, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_returns_decompose_soak(scenario: str) -> None:
+    for seed in range(1000, 1080):
+        env, checker, turns = run_checked(scenario, seed, **NO_BUDGET_SHOCKS)
+        check_returns(env, checker, turns)
