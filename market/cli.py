@@ -10,7 +10,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 EXAMPLES = {
     "run": "gpumarket run market_round --seeds 0:8 --seat bidder_2=truthful",

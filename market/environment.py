@@ -46,7 +46,7 @@ from market.actions import (
     parse_action,
 )
 from market.collusion import InteractionGraph
-from market.ledger import ActionError
+from market.ledger import ActionError, move_blocks, pay_operator, transfer_credits
 from market.mechanisms import Mechanism
 from market.observations import (
     CoalitionView,
@@ -141,6 +141,9 @@ class raw_env(AECEnv):
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         sc = self.scenario
+        if seed is not None:  # seats entering mid-episode must sample reproducibly too (seed_test)
+            for i, a in enumerate(self.possible_agents):
+                self.action_spaces[a].seed(int(np.random.SeedSequence([seed, 7, i]).generate_state(1)[0]))
         self.streams = RngStreams(seed)
         self.world: World = generate_world(sc, self.streams.stream("world"))
         shock_rng = self.streams.stream("shocks")
@@ -275,6 +278,7 @@ class raw_env(AECEnv):
     def _start_round(self, r: int) -> None:
         world = self.world
         self.round = r
+        self._round_cache: dict[Any, Any] = {}
         for shock in self.shocks:
             if shock.round != r or shock.target is None:
                 continue
@@ -296,7 +300,6 @@ class raw_env(AECEnv):
                 self._add_seat(lab.seat)
             if lab.active:
                 execution.activate_jobs(lab.jobs, r)
-        self._potential = np.array([sum(j.potential() for j in lab.jobs) for lab in world.labs])
         active = [lab.seat for lab in world.labs if lab.active]
         schedule: list[tuple[str, str]] = []
         if self.scenario.designer_seat and (self.scenario.mechanism_every == "round" or r == 0):
@@ -330,11 +333,27 @@ class raw_env(AECEnv):
         lab = self.world.labs[lab_index]
         lab.active = False
         lab.exit_round = self.round
+        self._round_cache = {}
         for job in lab.jobs:
             if job.status == "active":
                 job.status = "expired"
                 job.realized = job.unit_value * job.progress if job.partial_credit else 0.0
         negotiation.void_offers_of(self.book, lab_index)
+        # forward contracts it sold settle now, while its seat can still be charged: it delivers
+        # what it holds for the delivery round and is in breach for the rest (as at delivery)
+        for k in self.book.contracts:
+            if k.seller != lab_index or k.delivered >= 0:
+                continue
+            k.delivered = min(k.blocks, int(self.world.holdings[lab_index, k.delivery_round]))
+            move_blocks(self.world, lab_index, k.buyer, k.delivery_round, k.delivered)
+            if shortfall := k.blocks - k.delivered:
+                refund = min(k.price * shortfall / k.blocks, max(0.0, lab.budget))
+                transfer_credits(self.world, lab_index, k.buyer, refund)
+                penalty = pay_operator(self.world, lab_index, self.mechanism.withdrawal_penalty * shortfall)
+                lab.reputation = max(0.0, lab.reputation - execution.BREACH_REPUTATION_LOSS * shortfall / k.blocks)
+                self._lab_reward(lab_index, "withdrawal_penalty", -penalty)
+                self._lab_reward(lab_index, "trade_balance", -refund)
+                self._lab_reward(k.buyer, "trade_balance", refund)
         for c in list(self.coalitions.of(lab_index)):
             _, penalty = coal.handle_leave(
                 self.world, self.coalitions, lab_index, LeaveCoalition(coalition_id=c.coalition_id),
@@ -450,7 +469,10 @@ class raw_env(AECEnv):
         entries = [self._bids[i] for i in sorted(self._bids) if world.labs[i].active]
         entries += [e for cid, e in sorted(self._coalition_bids.items())
                     if self.coalitions.coalitions[cid].status == "active"]
-        priority = self.streams.stream("clearing", now).permutation(len(world.labs))
+        # One generator per round: the tie-break priority is drawn first (a fixed number of
+        # draws), then execution failures, so neither depends on what agents did.
+        round_rng = self.streams.stream("clearing", now)
+        priority = round_rng.permutation(len(world.labs))
         # only posted_price draws a lottery; skip building its generator otherwise
         lottery = self.streams.stream("clearing", now, 1) if self.mechanism.auction_type == "posted_price" else _NO_LOTTERY
         result = clear_round(world, self.book, self.coalitions, self.graph, entries, self.mechanism, now,
@@ -467,33 +489,34 @@ class raw_env(AECEnv):
             self._lab_reward(breach.contract.buyer, "trade_balance", breach.refund)
         # optimal welfare over every live runnable job's remaining units, before execution
         unit_values, remaining, owners = [], [], []
-        for i in active:
-            for job in world.labs[i].jobs:
-                if execution.runnable(job, reliability) and job.remaining > 0:
-                    unit_values.append(job.unit_value)
-                    remaining.append(job.remaining)
-                    owners.append(i)
-        uv, rem, own = np.array(unit_values), np.array(remaining, dtype=np.int64), np.array(owners, dtype=np.int64)
-        optimum = optimal_welfare(uv, rem, blocks_total)
         allocated_value = np.zeros(len(world.labs))
         assignments = {}
+        held = world.holdings[:, now].tolist()
         for i in active:
-            assignment = execution.assign_blocks(world.labs[i].jobs, int(world.holdings[i, now]), self._plans.get(i, {}), reliability)
-            if assignment:
-                assignments[i] = assignment
-                allocated_value[i] = sum(job.unit_value * n for job, n in assignment)
+            jobs = world.labs[i].jobs
+            for job in jobs:
+                if job.status == "active" and job.min_reliability <= reliability and job.progress < job.size:
+                    unit_values.append(job.value / job.size)
+                    remaining.append(job.size - job.progress)
+                    owners.append(i)
+            if held[i] > 0:
+                assignment = execution.assign_blocks(jobs, held[i], self._plans.get(i, {}), reliability)
+                if assignment:
+                    assignments[i] = assignment
+                    allocated_value[i] = sum(job.unit_value * n for job, n in assignment)
+        uv, rem, own = np.array(unit_values), np.array(remaining, dtype=np.int64), np.array(owners, dtype=np.int64)
+        optimum = optimal_welfare(uv, rem, blocks_total)
         max_used = max((sum(n for _, n in a) for a in assignments.values()), default=0)
         if max_used:
-            ok = execution.failure_draws(self.streams.stream("execution", now), len(world.labs), max_used, reliability)
+            ok = execution.failure_draws(round_rng, len(world.labs), max_used, reliability)
             for i, assignment in assignments.items():
                 execution.run_blocks(assignment, ok[i])
-        for i in active:
-            execution.settle_jobs(world.labs[i].jobs, now)
-        for i, lab in enumerate(world.labs):
-            if lab.entered:
-                value = sum(j.potential() for j in lab.jobs)
-                self._lab_reward(i, "job_value", value - self._potential[i])
-                self._potential[i] = value
+        for i in active:  # retired labs settled their potential when they left
+            jobs = world.labs[i].jobs
+            execution.settle_jobs(jobs, now)
+            value = sum(j.potential() for j in jobs)
+            self._lab_reward(i, "job_value", value - self._potential[i])
+            self._potential[i] = value
         # designer's composite
         satisfaction = self._satisfaction(active, allocated_value, uv, rem, own, blocks_total)
         bidders = {e.lab for e in entries if e.bids}
@@ -521,6 +544,7 @@ class raw_env(AECEnv):
         # housekeeping for the next round
         coal.end_of_round(world, self.coalitions, now)
         negotiation.expire_offers(self.book, now)
+        self.book.prune()
         self.book.pitches = {}
         self._bids, self._coalition_bids, self._plans = {}, {}, {}
         if now + 1 >= sc.rounds or not any(lab.active for lab in world.labs) and not (world.entry_round > now).any():
@@ -571,74 +595,86 @@ class raw_env(AECEnv):
         }
 
     # --- observations ------------------------------------------------------------------
+    def _per_round(self, key: Any, build: Any) -> Any:
+        """A view that cannot change before the round ends, built once per round and seat."""
+        cache = self._round_cache
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
+
     def _observation(self, agent: str) -> Observation:
         world, now = self.world, self.round
         is_designer = agent == DESIGNER
         me = -1 if is_designer else int(agent[7:])
         seat_of = self.world.labs
-        active_labs = [lab.seat for lab in seat_of if lab.active]
-        mech_view = self._mechanism_view(is_designer)
-        price_history = [p if (r.mechanism.reveal_clearing_price or is_designer) else None
-                         for p, r in zip(self._prices, self.results, strict=True)]
+        active_labs = self._per_round("active", lambda: [lab.seat for lab in seat_of if lab.active])
         messages = [
-            fast_model(MessageView,
-                sender=seat_of[m.sender].seat,
-                to="all" if m.recipients is None else [seat_of[i].seat for i in m.recipients],
-                text=m.text, round=m.round,
-            )
+            fast_model(MessageView, sender=seat_of[m.sender].seat,
+                       to="all" if m.recipients is None else [seat_of[i].seat for i in m.recipients],
+                       text=m.text, round=m.round)
             for m in self.book.messages[-20:]
             if m.recipients is None or m.sender == me or me in m.recipients
         ]
         pitches = [
             fast_model(PitchView, lab=seat_of[p.lab].seat, text=p.text, blocks_requested=p.blocks_requested,
-                                      counters=[f"{seat_of[c].seat}: {t}" for c, t in p.counters])
+                       counters=[f"{seat_of[c].seat}: {t}" for c, t in p.counters])
             for p in self.book.pitches.values()
         ]
-        shocks = [
-            fast_model(ShockView, kind=s.kind, round=s.round, duration=s.duration, magnitude=s.magnitude,
-                                      target=None if s.target is None else seat_of[s.target].seat, public=s.public)
-            for s in self.shocks if s.round <= now and (s.public or (s.target == me and me >= 0))
-        ]
-        public_coalitions = [self._coalition_view(c, me, private=False) for c in self.coalitions.coalitions.values()
-                             if c.status != "dissolved"]
+        public_coalitions = [self._coalition_view(c, me, private=False)
+                             for c in self.coalitions.coalitions.values() if c.status != "dissolved"]
         phase = self.phase
         legal = list(LEGAL[phase]) if self.agent_selection == agent and self._live(agent) else []
         fields: dict[str, Any] = dict(
             seat=agent, role="designer" if is_designer else "bidder", round=now,
-            rounds_total=self.scenario.rounds, phase=phase, legal_actions=legal, mechanism=mech_view,
+            rounds_total=self.scenario.rounds, phase=phase, legal_actions=legal,
+            mechanism=self._mechanism_view(is_designer),
             capacity=int(world.capacity[now]), reliability=float(world.reliability[now]),
             energy_floor=float(world.energy_floor[now]), active_labs=active_labs,
             reputations={lab.seat: lab.reputation for lab in seat_of if lab.active},
-            public_coalitions=public_coalitions, messages=messages, pitches=pitches, shocks=shocks,
-            price_history=price_history, last_result=self._result_view(me, is_designer),
+            public_coalitions=public_coalitions, messages=messages, pitches=pitches,
+            shocks=self._per_round(("shocks", me), lambda: self._shock_views(me)),
+            price_history=self._per_round(("prices", is_designer), lambda: [
+                p if (r.mechanism.reveal_clearing_price or is_designer) else None
+                for p, r in zip(self._prices, self.results, strict=True)]),
+            last_result=self._per_round(("result", me), lambda: self._result_view(me, is_designer)),
         )
         if is_designer:
             h = self.designer_history
-            fields["designer_stats"] = fast_model(DesignerStats,
-                welfare_ratio=list(h["welfare_ratio"]), fairness=list(h["fairness"]),
+            fields["designer_stats"] = self._per_round("stats", lambda: fast_model(
+                DesignerStats, welfare_ratio=list(h["welfare_ratio"]), fairness=list(h["fairness"]),
                 participation=list(h["participation"]), stability=list(h["stability"]),
                 revenue=[r.revenue for r in self.results], prices=list(self._prices),
                 suspected_cartels=len(self.results[-1].suspected) if self.results else 0,
-                active_labs=len(active_labs),
-            )
+                active_labs=len(active_labs)))
         else:
             lab = world.labs[me]
+            book = self.book
             fields.update(
                 budget=lab.budget, reputation=lab.reputation,
-                holdings=[int(h) for h in world.holdings[me, now:]],
-                jobs=[fast_model(JobView, job_id=j.job_id, size=j.size, progress=j.progress, deadline=j.deadline,
-                                              value=j.value, partial_credit=j.partial_credit,
-                                              min_reliability=j.min_reliability, status=j.status)
-                      for j in lab.jobs if j.status != "pending"],
-                offers_received=[self._offer_view(o) for o in self.book.offers.values() if o.recipient == me and o.status == "open"],
-                offers_sent=[self._offer_view(o) for o in self.book.offers.values() if o.sender == me and o.status == "open"],
+                holdings=world.holdings[me, now:].tolist(),
+                jobs=self._per_round(("jobs", me), lambda: [
+                    fast_model(JobView, job_id=j.job_id, size=j.size, progress=j.progress, deadline=j.deadline,
+                               value=j.value, partial_credit=j.partial_credit,
+                               min_reliability=j.min_reliability, status=j.status)
+                    for j in lab.jobs if j.status != "pending"]),
+                offers_received=[self._offer_view(o) for o in book.offers.values()
+                                 if o.recipient == me and o.status == "open"],
+                offers_sent=[self._offer_view(o) for o in book.offers.values() if o.sender == me and o.status == "open"],
                 contracts=[fast_model(ContractView, contract_id=c.contract_id, seller=seat_of[c.seller].seat,
-                                                        buyer=seat_of[c.buyer].seat, blocks=c.blocks, price=c.price,
-                                                        delivery_round=c.delivery_round)
-                           for c in self.book.contracts if c.delivered < 0 and me in (c.seller, c.buyer)],
+                                      buyer=seat_of[c.buyer].seat, blocks=c.blocks, price=c.price,
+                                      delivery_round=c.delivery_round)
+                           for c in book.contracts if c.delivered < 0 and me in (c.seller, c.buyer)],
                 coalitions=[self._coalition_view(c, me, private=True) for c in self.coalitions.of(me)],
             )
         return fast_model(Observation, **fields)
+
+    def _shock_views(self, me: int) -> list[ShockView]:
+        labs, now = self.world.labs, self.round
+        return [
+            fast_model(ShockView, kind=s.kind, round=s.round, duration=s.duration, magnitude=s.magnitude,
+                       target=None if s.target is None else labs[s.target].seat, public=s.public)
+            for s in self.shocks if s.round <= now and (s.public or (s.target == me and me >= 0))
+        ]
 
     def _mechanism_view(self, is_designer: bool) -> MechanismView:
         """The mechanism as a seat sees it (the reserve hidden unless revealed); cached per mechanism."""

@@ -110,7 +110,7 @@ def _validate(bids: np.ndarray, capacity: int, reserve: float, priority: np.ndar
     if b.ndim != 2:
         raise ValueError(f"bids must be a 2-D (n_bidders, n_units) array, got shape {b.shape}")
     n = b.shape[0]
-    if np.isnan(b).any() or np.isposinf(b).any():
+    if np.isnan(b).any() or (b == np.inf).any():  # np.isposinf is slow (errstate)
         raise ValueError("bids must not contain NaN or +inf (use a negative entry for 'no bid')")
     # Rows must be non-increasing once every negative entry is read as the same "no bid".
     clean = np.where(b < 0, -1.0, b)

@@ -95,6 +95,11 @@ class Book:
     def open_offers_of(self, lab: int) -> int:
         return sum(1 for o in self.offers.values() if o.status == "open" and o.sender == lab)
 
+    def prune(self) -> None:
+        """Forget closed offers and settled contracts (end of round): observations stay O(open)."""
+        self.offers = {k: o for k, o in self.offers.items() if o.status == "open"}
+        self.contracts = [c for c in self.contracts if c.delivered < 0]
+
     def committed(self, seller: int, round_: int) -> int:
         """Blocks ``seller`` has promised on open forward contracts for ``round_``."""
         return sum(c.blocks for c in self.contracts if c.seller == seller and c.delivery_round == round_ and c.delivered < 0)

@@ -137,7 +137,6 @@ class Scenario(_Strict):
     negotiation_turns: int = Field(2, ge=0, le=50, description="Passes over the active labs before bidding.")
     designer_seat: bool = Field(True, description="Whether designer_0 is a seat; otherwise `mechanism` applies throughout.")
     mechanism_every: Literal["round", "episode"] = "round"
-    max_offers_per_turn: int = Field(1, ge=1)
     labs: LabsSpec = LabsSpec()
     jobs: JobsSpec = JobsSpec()
     capacity: CapacitySpec = CapacitySpec()

@@ -18,7 +18,8 @@ from conftest import make_seats, new_env, play
 
 from agents.base import BaseAgent
 from agents.registry import make_agent
-from market.actions import Finish
+from agents.scripted import truthful_bid
+from market.actions import AcceptOffer, Bid, CommitToCoalition, Finish, FormCoalition, SendOffer, Wait
 from market.environment import TALK_ACTIONS
 
 SCENARIOS = scenarios.builtin_names()
@@ -33,7 +34,7 @@ class Quitter(BaseAgent):
 
     def __init__(self, inner: str = "random_valid", p: float = 0.03) -> None:
         super().__init__()
-        self.inner, self.p = make_agent(inner), p
+        self.inner, self.p = (Dealer() if inner == "dealer" else make_agent(inner)), p
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
@@ -45,13 +46,57 @@ class Quitter(BaseAgent):
         return self.inner.act(obs)
 
 
+class Dealer(BaseAgent):
+    """Exercises what the registry's scripted seats rarely do: forward contracts (sold ahead, so a
+    seller can end up short), accepting them, funded coalitions and coalition bids by the leader."""
+
+    name = "dealer"
+
+    def act(self, obs: Any) -> Any:
+        rng, me = self.rng, obs.seat
+        others = [s for s in obs.active_labs if s != me]
+        budget = obs.budget or 0.0
+        if obs.phase == "negotiation":
+            u = rng.random()
+            if obs.offers_received and u < 0.5:
+                return AcceptOffer(offer_id=obs.offers_received[0].offer_id)
+            invited = [c for c in obs.coalitions or () if me in c.invited]
+            if invited and u < 0.8:
+                return CommitToCoalition(coalition_id=invited[0].coalition_id, contribution=round(budget * 0.3, 2))
+            if others and u < 0.6:
+                ahead = int(rng.integers(0, 3))
+                delivery = min(obs.round + ahead, obs.rounds_total - 1)
+                held = (obs.holdings or [0])[delivery - obs.round]
+                return SendOffer(to=str(rng.choice(others)), side="sell" if rng.random() < 0.7 else "buy",
+                                 blocks=max(1, held), price=round(float(rng.uniform(5, 60)), 2),
+                                 delivery_round=delivery, expires_in=int(rng.integers(1, 3)))
+            if others and u < 0.85:
+                return FormCoalition(members=[str(rng.choice(others))], contribution=round(budget * 0.3, 2),
+                                     split=str(rng.choice(["proportional", "equal"])), term_rounds=int(rng.integers(1, 3)))
+            return Wait()
+        if obs.phase == "bidding":
+            led = [c for c in obs.coalitions or () if c.leader == me and c.status == "active" and c.pool]
+            if led and rng.random() < 0.7:
+                c = led[0]
+                n = int(rng.integers(1, max(1, obs.capacity) + 1))
+                bids = sorted((float(x) for x in rng.uniform(0, c.pool / n, n)), reverse=True)
+                return Bid(bids=[round(b, 4) for b in bids], coalition_id=c.coalition_id)
+            return truthful_bid(obs)
+        return Wait()
+
+
 def mixed_seats(env: Any, seed: int, quitters: bool = True) -> dict[str, Any]:
-    """A seed-dependent mix of the scripted population (rotated specs, fixed/random designer)."""
+    """A seed-dependent mix of the scripted population (rotated specs, fixed/random designer),
+    plus dealers (forward contracts, coalition bids) and a seat that may quit mid-episode."""
     k = seed % len(BIDDERS)
     rotated = BIDDERS[k:] + BIDDERS[:k]
     seats = make_seats(env, rotated, designer=DESIGNERS[seed % 2])
+    n = len(seats) - ("designer_0" in seats)
+    if seed % 4 != 3:
+        for i in range(1, n, 2):
+            seats[f"bidder_{i}"] = Dealer()
     if quitters and seed % 3 == 0:
-        seats["bidder_0"] = Quitter("random_valid" if seed % 2 else "truthful")
+        seats["bidder_0"] = Quitter(["random_valid", "truthful", "dealer"][seed % 9 // 3])
     return seats
 
 
