@@ -88,7 +88,11 @@ class SendOffer(_Action):
 
 
 class CounterOffer(_Action):
-    """Reject an offer addressed to you and send its sender new terms (same side, same delivery)."""
+    """Reject an offer addressed to you and send its sender new terms for the same trade.
+
+    The trade direction stays the same (if they offered to sell, you now offer to buy) and so does
+    the delivery round; only ``blocks`` and ``price`` change.
+    """
 
     action_type: Literal["counter_offer"] = "counter_offer"
     offer_id: str
@@ -185,7 +189,10 @@ class CounterPitch(_Action):
 
 
 class AllocateToJob(_Action):
-    """Put ``blocks`` of the blocks you hold this round on ``job_id`` (the rest go earliest-deadline-first)."""
+    """Put ``blocks`` of the blocks you hold this round on ``job_id`` (the rest go earliest-deadline-first).
+
+    ``blocks = 0`` keeps the job off this round's blocks.
+    """
 
     action_type: Literal["allocate_to_job"] = "allocate_to_job"
     job_id: str

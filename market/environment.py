@@ -45,7 +45,7 @@ from market.actions import (
     SetMechanism,
     parse_action,
 )
-from market.collusion import InteractionGraph
+from market.collusion import SUSPECTED, InteractionGraph
 from market.ledger import ActionError, move_blocks, pay_operator, transfer_credits
 from market.mechanisms import Mechanism
 from market.observations import (
@@ -523,10 +523,12 @@ class raw_env(AECEnv):
         for e in entries:
             if e.coalition_id is not None and e.bids:
                 bidders.update(self.coalitions.coalitions[e.coalition_id].members)
+        demanders = {int(i) for i in np.unique(own)}
         parts = {
             "welfare_ratio": 1.0 if optimum <= 0 else float(min(1.0, allocated_value.sum() / optimum)),
             "fairness": 1.0 - gini(np.array(satisfaction)),
-            "participation": len(bidders & set(active)) / len(active) if active else 0.0,
+            # share of the labs that still need blocks who bid (alone or through a coalition)
+            "participation": len(bidders & demanders) / len(demanders) if demanders else 1.0,
             "stability": stability(result.price, self._prices[-1] if self._prices else None),
             "revenue": result.revenue / max(1.0, result.capacity * sc.rewards.value_unit),
         }
@@ -626,7 +628,8 @@ class raw_env(AECEnv):
         legal = list(LEGAL[phase]) if self.agent_selection == agent and self._live(agent) else []
         fields: dict[str, Any] = dict(
             seat=agent, role="designer" if is_designer else "bidder", round=now,
-            rounds_total=self.scenario.rounds, phase=phase, legal_actions=legal,
+            rounds_total=self.scenario.rounds, value_unit=self.scenario.rewards.value_unit,
+            phase=phase, legal_actions=legal,
             mechanism=self._mechanism_view(is_designer),
             capacity=int(world.capacity[now]), reliability=float(world.reliability[now]),
             energy_floor=float(world.energy_floor[now]), active_labs=active_labs,
@@ -634,7 +637,7 @@ class raw_env(AECEnv):
             public_coalitions=public_coalitions, messages=messages, pitches=pitches,
             shocks=self._per_round(("shocks", me), lambda: self._shock_views(me)),
             price_history=self._per_round(("prices", is_designer), lambda: [
-                p if (r.mechanism.reveal_clearing_price or is_designer) else None
+                p if (r.mechanism.reveal_clearing_price and (r.sold or r.mechanism.reveal_reserve) or is_designer) else None
                 for p, r in zip(self._prices, self.results, strict=True)]),
             last_result=self._per_round(("result", me), lambda: self._result_view(me, is_designer)),
         )
@@ -644,7 +647,8 @@ class raw_env(AECEnv):
                 DesignerStats, welfare_ratio=list(h["welfare_ratio"]), fairness=list(h["fairness"]),
                 participation=list(h["participation"]), stability=list(h["stability"]),
                 revenue=[r.revenue for r in self.results], prices=list(self._prices),
-                suspected_cartels=len(self.results[-1].suspected) if self.results else 0,
+                suspected_cartels=sum(1 for _, score in self.results[-1].suspected if score >= SUSPECTED)
+                if self.results else 0,
                 active_labs=len(active_labs)))
         else:
             lab = world.labs[me]
@@ -714,7 +718,8 @@ class raw_env(AECEnv):
         show_ids = m.reveal_winner_identity or is_designer
         view: dict[str, Any] = dict(round=r.round, auction_type=m.auction_type, blocks_sold=r.sold,
                                     my_won=r.won.get(me, 0), my_paid=r.paid.get(me, 0.0))
-        if m.reveal_clearing_price or is_designer:
+        # with nothing sold the 'price' is the reserve: shown only where the reserve is
+        if m.reveal_clearing_price and (r.sold or m.reveal_reserve) or is_designer:
             view["clearing_price"] = r.price
         if m.reveal_reserve or is_designer:
             view["reserve"] = r.reserve

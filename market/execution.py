@@ -74,6 +74,8 @@ def assign_blocks(jobs: list[Job], blocks: int, plan: dict[str, int], reliabilit
     for job in sorted(by_id.values(), key=lambda j: (j.deadline, j.arrival, j.job_id)):
         if left <= 0:
             break
+        if plan.get(job.job_id) == 0:
+            continue  # allocate_to_job with 0 blocks keeps the job off this round
         give = min(job.remaining - assigned.get(job.job_id, 0), left)
         if give > 0:
             assigned[job.job_id] = assigned.get(job.job_id, 0) + give

@@ -46,11 +46,15 @@ def allocate_judge_pool(
 ) -> list[Verdict]:
     """Grant up to ``pool`` blocks to pitches in order of true urgency (ties: lab index).
 
-    A lab gets at most what it asked for and what its live jobs still need.
+    A lab gets at most what it asked for and what its live jobs still need; a pitch that asks
+    for more than its live jobs need is a false claim and gets nothing (so pitch spam cannot farm
+    the pool).
     """
     scored = []
     for lab_index, pitch in pitches.items():
         urgency, need = placeholder_urgency(labs[lab_index], now, reliability)
+        if pitch.blocks_requested > need:
+            urgency = 0.0
         scored.append((urgency, lab_index, min(pitch.blocks_requested, need)))
     scored.sort(key=lambda t: (-t[0], t[1]))
     verdicts = []

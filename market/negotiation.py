@@ -125,7 +125,7 @@ def _active_counterparty(world: World, seat: str, me: int, field_name: str) -> i
 
 def _check_can_deliver(world: World, book: Book, seller: int, blocks: int, delivery: int, now: int, who: str) -> None:
     owned = int(world.holdings[seller, delivery])
-    free = owned - (book.committed(seller, delivery) if delivery > now else 0)
+    free = owned - book.committed(seller, delivery)  # contracts due now deliver at the round's end
     if free < blocks:
         raise ActionError(
             f"{who} own{'s' if who != 'you' else ''} {free} uncommitted block(s) for round {delivery}, "

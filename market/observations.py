@@ -148,6 +148,7 @@ class Observation(BaseModel):
     role: Literal["designer", "bidder"]
     round: int
     rounds_total: int
+    value_unit: float  # credits per reward unit (public scenario constant; scales the vector)
     phase: Phase
     legal_actions: list[str]
     mechanism: MechanismView
@@ -185,8 +186,9 @@ class Observation(BaseModel):
             return json.dumps(value, separators=(",", ":"))
 
         lines = [
-            f"You are {self.seat} ({self.role}) in a GPU capacity market. Round {self.round + 1} of "
-            f"{self.rounds_total}, phase: {self.phase}.",
+            f"You are {self.seat} ({self.role}) in a GPU capacity market. Round {self.round} "
+            f"(rounds are numbered 0..{self.rounds_total - 1}; deadlines and deliveries use these numbers), "
+            f"phase: {self.phase}.",
             f"Legal action types now: {', '.join(self.legal_actions)}.",
             f"Mechanism in force: {dump(self.mechanism)}",
             f"This round: {self.capacity} blocks released, block reliability {self.reliability:.2f}, "
@@ -196,7 +198,7 @@ class Observation(BaseModel):
         if self.role == "bidder":
             lines += [
                 f"Your budget: {self.budget:.2f} credits. Your reputation: {self.reputation:.3f}.",
-                f"Blocks you own for rounds {self.round + 1}..: {self.holdings}",
+                f"Blocks you own for rounds {self.round}, {self.round + 1}, ...: {self.holdings}",
                 f"Your jobs: {dump(self.jobs or [])}",
                 f"Offers to you: {dump(self.offers_received or [])}",
                 f"Your open offers: {dump(self.offers_sent or [])}",
@@ -220,7 +222,7 @@ class Observation(BaseModel):
 
     def to_vector(self) -> np.ndarray:
         """A fixed-size float32 vector (``vector_size()`` entries) for RL policies."""
-        return observation_vector(self)
+        return observation_vector(self, self.value_unit)
 
 
 def fast_model(cls: type[BaseModel], /, **fields: Any) -> Any:

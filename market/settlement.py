@@ -55,6 +55,17 @@ class RoundResult:
     suspected: list[tuple[list[int], float]] = field(default_factory=list)
 
 
+def _affordable(bids: list[float], pool: float) -> list[float]:
+    """The longest prefix of a schedule whose total the pool can pay."""
+    total, out = 0.0, []
+    for b in bids:
+        total += b
+        if total > pool + 1e-9:
+            break
+        out.append(b)
+    return out
+
+
 def true_need(world: World, lab: int, now: int) -> int:
     """Blocks of progress a lab's live, runnable jobs still need, minus blocks it already holds."""
     rel = float(world.reliability[now])
@@ -84,6 +95,9 @@ def clear_round(
             world.holdings[v.lab, now] += v.granted
             granted += v.granted
     needs = {e.lab: true_need(world, e.lab, now) for e in entries if e.coalition_id is None}
+    # a member may have left after the leader bid: a coalition bids only what its pool can pay
+    entries = [e if e.coalition_id is None else BidEntry(e.lab, _affordable(e.bids, coalitions.coalitions[e.coalition_id].pool), e.coalition_id)
+               for e in entries]
     auctioned = capacity - granted
     width = max((len(e.bids) for e in entries), default=0)
     matrix = np.full((len(entries), max(width, 1)), -1.0)

@@ -64,7 +64,8 @@ def draw_shocks(scenario: Scenario, rng: np.random.Generator) -> list[Shock]:
             entrants.remove(target)
         if spec.kind == "lab_entry" and (target is None or target < n_start):
             continue  # no entrant seat left (validated scenarios always have one)
-        shocks.append(Shock(spec.kind, spec.round, spec.duration, spec.magnitude, target, spec.public))
+        magnitude = spec.magnitude if spec.magnitude is not None else sum(_RANDOM_MAGNITUDE[spec.kind]) / 2
+        shocks.append(Shock(spec.kind, spec.round, spec.duration, magnitude, target, spec.public))
     rates = scenario.shock_rates
     for r in range(1, scenario.rounds):
         for kind in SHOCK_KINDS:
@@ -105,7 +106,7 @@ def apply_schedule(world: World, shocks: list[Shock], scenario: Scenario, rng: n
             world.entry_round[s.target] = s.round
             world.holdings[s.target, : s.round] = 0  # an entrant owns nothing before it exists
             for job in world.labs[s.target].jobs:
-                shift = s.round if job.arrival == 0 else 0
+                shift = max(0, s.round - job.arrival)  # nothing arrives (or is overdue) before entry
                 job.arrival = min(rounds - 1, job.arrival + shift)
                 job.deadline = min(rounds - 1, max(job.deadline + shift, job.arrival))
         elif s.kind == "demand_surge" and s.target is not None:

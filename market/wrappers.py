@@ -1,6 +1,7 @@
 """The RL view of the market: a fixed menu of macro actions, numeric observations and masks.
 
-``rl_env("market_round")`` is the AEC env wrapped in :class:`DiscreteActionWrapper`. Every seat —
+``rl_env("market_round")`` is the AEC env wrapped in :class:`DiscreteActionWrapper`
+(``rl_parallel_env`` the same view of :class:`~market.parallel.ParallelMarketEnv`). Every seat —
 designer and bidders alike — observes ``{"observation": float32 vector, "action_mask": int8 mask}``
 and acts with an index into :data:`MENU` (``Discrete(len(MENU))``), so RLlib's ``PettingZooEnv``
 can use one policy space for all seats. An entry is translated into a native action from the
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
-from pettingzoo.utils import BaseWrapper
+from pettingzoo.utils import BaseParallelWrapper, BaseWrapper
 
 from agents.scripted import affordable, marginal_values
 from market.actions import (
@@ -41,6 +42,7 @@ from market.environment import env
 from market.mechanisms import AUCTION_TYPES
 from market.negotiation import MAX_OPEN_OFFERS
 from market.observations import JobView, Observation, OfferView, observation_vector, vector_size
+from market.parallel import ParallelMarketEnv
 from scenarios.schema import Scenario
 
 OBS_BOUND = 1e6  # vector entries are clipped to [-OBS_BOUND, OBS_BOUND]
@@ -51,11 +53,11 @@ Built = tuple[ActionModel, bool]  # (native action, whether the entry applies no
 
 @dataclass(frozen=True, slots=True)
 class MenuEntry:
-    """One macro action: ``build(obs, unit_limit)`` returns the native action and whether it applies.
+    """A macro action: ``build(obs, unit_limit)`` gives the native action and whether it applies.
 
     ``kind`` is the native ``action_type``; the entry is masked in when ``kind`` is legal for the
     seat now and the entry applies. When it does not apply, ``build`` returns a native action the
-    env rejects (e.g. an unknown offer id), so stepping a masked-out entry is a normal invalid action.
+    env rejects (e.g. an unknown offer id): stepping a masked-out entry is a normal invalid action.
     """
 
     name: str
@@ -65,8 +67,11 @@ class MenuEntry:
 
 # --- helpers over the seat's own observation ------------------------------------------------
 def _live_jobs(obs: Observation, runnable: bool = False) -> list[JobView]:
-    return [j for j in obs.jobs or () if j.status == "active"
-            and (not runnable or j.min_reliability <= obs.reliability)]
+    return [
+        j
+        for j in obs.jobs or ()
+        if j.status == "active" and (not runnable or j.min_reliability <= obs.reliability)
+    ]
 
 
 def _held_now(obs: Observation) -> int:
@@ -86,8 +91,11 @@ def _can_deliver(obs: Observation, offer: OfferView) -> bool:
         return False
     committed = 0
     if k > 0:
-        committed = sum(c.blocks for c in obs.contracts or ()
-                        if c.seller == obs.seat and c.delivery_round == offer.delivery_round)
+        committed = sum(
+            c.blocks
+            for c in obs.contracts or ()
+            if c.seller == obs.seat and c.delivery_round == offer.delivery_round
+        )
     return holdings[k] - committed >= offer.blocks
 
 
@@ -149,7 +157,9 @@ def _sell_spare(obs: Observation, unit_limit: int) -> Built:
     labs = sorted(obs.active_labs, key=lambda s: int(s.rsplit("_", 1)[1]))
     others = [s for s in labs if s != obs.seat]
     me = int(obs.seat.rsplit("_", 1)[1])
-    to = next((s for s in others if int(s.rsplit("_", 1)[1]) > me), others[0] if others else obs.seat)
+    to = next(
+        (s for s in others if int(s.rsplit("_", 1)[1]) > me), others[0] if others else obs.seat
+    )
     last = obs.price_history[-1] if obs.price_history else None
     price = round(last if last is not None else _floor_price(obs), 2)
     ok = spare >= 1 and bool(others) and len(obs.offers_sent or ()) < MAX_OPEN_OFFERS
@@ -171,7 +181,9 @@ def _allocate_greedy(obs: Observation, unit_limit: int) -> Built:
     if not jobs:
         return AllocateToJob(job_id=NO_ID, blocks=0), False
     job = max(jobs, key=lambda j: j.value / j.size)
-    return AllocateToJob(job_id=job.job_id, blocks=min(_held_now(obs), job.size - job.progress)), True
+    return AllocateToJob(
+        job_id=job.job_id, blocks=min(_held_now(obs), job.size - job.progress)
+    ), True
 
 
 def _pitch_urgent(obs: Observation, unit_limit: int) -> Built:
@@ -185,8 +197,10 @@ def _pitch_urgent(obs: Observation, unit_limit: int) -> Built:
 
     job = max(jobs, key=urgency)
     need = job.size - job.progress
-    text = (f"Job {job.job_id} needs {need} more block(s) before its deadline in round "
-            f"{job.deadline + 1}; we ask for exactly that.")
+    text = (
+        f"Job {job.job_id} needs {need} more block(s) before its deadline in round "
+        f"{job.deadline + 1}; we ask for exactly that."
+    )
     return MakePitch(text=text, blocks_requested=max(1, need), job_id=job.job_id), True
 
 
@@ -214,8 +228,9 @@ def _lower_reserve(obs: Observation, unit_limit: int) -> Built:
 
 def _toggle_policy(obs: Observation, unit_limit: int) -> Built:
     current = obs.mechanism.coalition_policy
-    return _mechanism(coalition_policy="allow" if current == "penalize_suspected"
-                      else "penalize_suspected"), True
+    return _mechanism(
+        coalition_policy="allow" if current == "penalize_suspected" else "penalize_suspected"
+    ), True
 
 
 def _judge_pool(obs: Observation, unit_limit: int) -> Built:
@@ -274,16 +289,19 @@ def action_mask(obs: Observation, max_units_per_bid: int = 0) -> np.ndarray:
 def observation_space() -> spaces.Dict:
     """A fresh instance of the per-seat RL observation space (all seats' spaces are equal)."""
     n = vector_size()
-    return spaces.Dict({
-        "observation": spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(n,), dtype=np.float32),
-        "action_mask": spaces.Box(0, 1, shape=(len(MENU),), dtype=np.int8),
-    })
+    return spaces.Dict(
+        {
+            "observation": spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(n,), dtype=np.float32),
+            "action_mask": spaces.Box(0, 1, shape=(len(MENU),), dtype=np.int8),
+        }
+    )
 
 
 def rl_observation(obs: Observation, scenario: Scenario) -> dict[str, np.ndarray]:
     """The RL observation of ``obs``: the clipped float32 vector and the int8 action mask."""
-    vec = np.nan_to_num(observation_vector(obs, scenario.rewards.value_unit), posinf=OBS_BOUND,
-                        neginf=-OBS_BOUND)
+    vec = np.nan_to_num(
+        observation_vector(obs, scenario.rewards.value_unit), posinf=OBS_BOUND, neginf=-OBS_BOUND
+    )
     return {
         "observation": np.clip(vec, -OBS_BOUND, OBS_BOUND).astype(np.float32, copy=False),
         "action_mask": action_mask(obs, scenario.capacity.max_units_per_bid),
@@ -296,10 +314,24 @@ def as_index(action: Any) -> int | None:
         return None
     if isinstance(action, int | np.integer):
         return int(action)
-    if (isinstance(action, np.ndarray) and action.size == 1
-            and np.issubdtype(action.dtype, np.integer)):
+    if (
+        isinstance(action, np.ndarray)
+        and action.size == 1
+        and np.issubdtype(action.dtype, np.integer)
+    ):
         return int(action.reshape(-1)[0])
     return None
+
+
+def _seed_spaces(
+    action_spaces: dict[str, spaces.Space], agents: list[str], seed: int | None
+) -> None:
+    """Seed every seat's action space from the episode seed (entrants sample reproducibly)."""
+    if seed is not None:
+        for i, agent in enumerate(agents):
+            action_spaces[agent].seed(
+                int(np.random.SeedSequence([seed, 7, i]).generate_state(1)[0])
+            )
 
 
 class DiscreteActionWrapper(BaseWrapper):
@@ -327,9 +359,7 @@ class DiscreteActionWrapper(BaseWrapper):
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self.env.reset(seed=seed, options=options)
-        if seed is not None:
-            for i, agent in enumerate(self.possible_agents):
-                self.action_spaces[agent].seed(int(np.random.SeedSequence([seed, 7, i]).generate_state(1)[0]))
+        _seed_spaces(self.action_spaces, self.possible_agents, seed)
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         return rl_observation(self.env.observe(agent), self.scenario)
@@ -338,7 +368,9 @@ class DiscreteActionWrapper(BaseWrapper):
         """The native action menu entry ``index`` stands for, from ``agent``'s observation now."""
         if not 0 <= index < len(MENU):
             raise ValueError(f"index {index} is outside the menu 0..{len(MENU) - 1}")
-        return translate(self.env.observe(agent), index, self.scenario.capacity.max_units_per_bid)[0]
+        return translate(self.env.observe(agent), index, self.scenario.capacity.max_units_per_bid)[
+            0
+        ]
 
     def step(self, action: Any) -> None:
         agent = self.env.agent_selection
@@ -354,7 +386,85 @@ class DiscreteActionWrapper(BaseWrapper):
             self.env.step(action)
 
 
-def rl_env(scenario: str | Path | Scenario = "market_round", render_mode: str | None = None,
-           **overrides: Any) -> DiscreteActionWrapper:
+def rl_env(
+    scenario: str | Path | Scenario = "market_round",
+    render_mode: str | None = None,
+    **overrides: Any,
+) -> DiscreteActionWrapper:
     """The order-enforced AEC env with the discrete macro-action menu and masks (the RL view)."""
     return DiscreteActionWrapper(env(scenario, render_mode=render_mode, **overrides))
+
+
+class ParallelDiscreteActionWrapper(BaseParallelWrapper):
+    """The RL view of :class:`~market.parallel.ParallelMarketEnv` (for RLlib's parallel wrapper).
+
+    Spaces, masks and translation are those of :class:`DiscreteActionWrapper`. An index is
+    translated from the observation the seat was given at the pass start, so a masked-in entry can
+    still be refused if an earlier seat in the same pass changed what it refers to (e.g. withdrew
+    the offer it accepts); the env then reports the usual invalid action.
+    """
+
+    def __init__(self, env: ParallelMarketEnv) -> None:
+        super().__init__(env)
+        self.scenario: Scenario = env.scenario
+        self.observation_spaces = {a: observation_space() for a in env.possible_agents}
+        self.action_spaces = {a: spaces.Discrete(len(MENU)) for a in env.possible_agents}
+        self.action_names: tuple[str, ...] = MENU_NAMES
+        self._seen: dict[str, Observation] = {}
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self.action_spaces[agent]
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict]]:
+        observations, infos = self.env.reset(seed=seed, options=options)
+        _seed_spaces(self.action_spaces, self.possible_agents, seed)
+        self._seen = observations
+        return {a: rl_observation(o, self.scenario) for a, o in observations.items()}, infos
+
+    def native_action(self, agent: str, index: int) -> ActionModel:
+        """The native action entry ``index`` stands for, from ``agent``'s pass-start observation."""
+        if not 0 <= index < len(MENU):
+            raise ValueError(f"index {index} is outside the menu 0..{len(MENU) - 1}")
+        return translate(self._seen[agent], index, self.scenario.capacity.max_units_per_bid)[0]
+
+    def step(
+        self, actions: dict[str, Any]
+    ) -> tuple[
+        dict[str, dict[str, np.ndarray]],
+        dict[str, float],
+        dict[str, bool],
+        dict[str, bool],
+        dict[str, dict],
+    ]:
+        native: dict[str, Any] = {}
+        chosen: dict[str, str] = {}
+        for agent, action in actions.items():
+            index = as_index(action)
+            if index is not None and 0 <= index < len(MENU) and agent in self._seen:
+                native[agent] = self.native_action(agent, index)
+                chosen[agent] = MENU_NAMES[index]
+            else:
+                native[agent] = action
+        observations, rewards, terminations, truncations, infos = self.env.step(native)
+        for agent, name in chosen.items():
+            if infos.get(agent, {}).get("acted"):
+                infos[agent]["macro_action"] = name
+        self._seen = observations
+        rl_obs = {a: rl_observation(o, self.scenario) for a, o in observations.items()}
+        return rl_obs, rewards, terminations, truncations, infos
+
+
+def rl_parallel_env(
+    scenario: str | Path | Scenario = "market_round",
+    render_mode: str | None = None,
+    **overrides: Any,
+) -> ParallelDiscreteActionWrapper:
+    """The parallel env (one step per pass) with the discrete macro-action menu and masks."""
+    return ParallelDiscreteActionWrapper(
+        ParallelMarketEnv(scenario, render_mode=render_mode, **overrides)
+    )

@@ -94,7 +94,7 @@ class ShockSpec(_Strict):
     kind: ShockKind
     round: int = Field(ge=0)
     duration: int = Field(1, ge=1)
-    magnitude: float = Field(0.5, ge=0.0, description="Meaning per kind: outage/reliability_drop/budget_cut = fraction; windfall/energy_spike = credits; demand_surge = value multiplier of the urgent job.")
+    magnitude: float | None = Field(None, ge=0.0, description="Meaning per kind: outage/reliability_drop/budget_cut = fraction; windfall/energy_spike = credits; demand_surge = value multiplier of the urgent job. Default: the middle of the kind's random range (see market/shocks.py).")
     target: int | None = Field(None, ge=0)
     public: bool = True
 
