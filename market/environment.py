@@ -46,7 +46,7 @@ from market.actions import (
     parse_action,
 )
 from market.collusion import SUSPECTED, InteractionGraph
-from market.ledger import ActionError, move_blocks, pay_operator, transfer_credits
+from market.ledger import ActionError
 from market.mechanisms import Mechanism
 from market.observations import (
     CoalitionView,
@@ -107,7 +107,11 @@ class ObservationSpace(gymnasium.spaces.Space):
         )
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ObservationSpace) and other.seat == self.seat
+        # every seat observes the same structure; ``contains`` also checks the seat
+        return isinstance(other, ObservationSpace)
+
+    def __hash__(self) -> int:
+        return hash(ObservationSpace)
 
     def __repr__(self) -> str:
         return f"ObservationSpace({self.seat!r})"
@@ -341,19 +345,11 @@ class raw_env(AECEnv):
         negotiation.void_offers_of(self.book, lab_index)
         # forward contracts it sold settle now, while its seat can still be charged: it delivers
         # what it holds for the delivery round and is in breach for the rest (as at delivery)
-        for k in self.book.contracts:
-            if k.seller != lab_index or k.delivered >= 0:
-                continue
-            k.delivered = min(k.blocks, int(self.world.holdings[lab_index, k.delivery_round]))
-            move_blocks(self.world, lab_index, k.buyer, k.delivery_round, k.delivered)
-            if shortfall := k.blocks - k.delivered:
-                refund = min(k.price * shortfall / k.blocks, max(0.0, lab.budget))
-                transfer_credits(self.world, lab_index, k.buyer, refund)
-                penalty = pay_operator(self.world, lab_index, self.mechanism.withdrawal_penalty * shortfall)
-                lab.reputation = max(0.0, lab.reputation - execution.BREACH_REPUTATION_LOSS * shortfall / k.blocks)
-                self._lab_reward(lab_index, "withdrawal_penalty", -penalty)
-                self._lab_reward(lab_index, "trade_balance", -refund)
-                self._lab_reward(k.buyer, "trade_balance", refund)
+        for contract in self.book.contracts:
+            if contract.seller == lab_index and contract.delivered < 0:
+                breach = execution.deliver_contract(self.world, contract, self.mechanism.withdrawal_penalty)
+                if breach is not None:
+                    self._record_breach(breach)
         for c in list(self.coalitions.of(lab_index)):
             _, penalty = coal.handle_leave(
                 self.world, self.coalitions, lab_index, LeaveCoalition(coalition_id=c.coalition_id),
@@ -365,6 +361,11 @@ class raw_env(AECEnv):
         self._lab_reward(lab_index, "job_value", delta)
         if lab.seat in self.terminations:
             self.terminations[lab.seat] = True
+
+    def _record_breach(self, breach: execution.Breach) -> None:
+        self._lab_reward(breach.contract.seller, "withdrawal_penalty", -breach.penalty)
+        self._lab_reward(breach.contract.seller, "trade_balance", -breach.refund)
+        self._lab_reward(breach.contract.buyer, "trade_balance", breach.refund)
 
     # --- actions -----------------------------------------------------------------------
     def _apply(self, agent: str, act: Any) -> dict[str, Any]:
@@ -484,9 +485,7 @@ class raw_env(AECEnv):
         for lab, penalty in result.collusion.items():
             self._lab_reward(lab, "collusion_penalty", -penalty)
         for breach in execution.settle_contracts(world, self.book, now, self.mechanism.withdrawal_penalty):
-            self._lab_reward(breach.contract.seller, "withdrawal_penalty", -breach.penalty)
-            self._lab_reward(breach.contract.seller, "trade_balance", -breach.refund)
-            self._lab_reward(breach.contract.buyer, "trade_balance", breach.refund)
+            self._record_breach(breach)
         # optimal welfare over every live runnable job's remaining units, before execution
         unit_values, remaining, owners = [], [], []
         allocated_value = np.zeros(len(world.labs))

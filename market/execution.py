@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from market.ledger import pay_operator, transfer_credits
+from market.ledger import move_blocks, pay_operator, transfer_credits
 from market.negotiation import Book, Contract
 from market.world import Job, World
 
@@ -27,31 +27,32 @@ class Breach:
     penalty: float
 
 
-def settle_contracts(world: World, book: Book, now: int, withdrawal_penalty: float) -> list[Breach]:
-    """Deliver forward contracts due now; refund and penalise any shortfall.
+def deliver_contract(world: World, contract: Contract, withdrawal_penalty: float) -> Breach | None:
+    """Deliver one forward contract from the seller's holdings for its delivery round.
 
-    A seller short by s of b blocks refunds price x s/b (as far as its budget allows) and pays the
+    A seller short by s of b blocks refunds price x s/b (as far as its budget allows), pays the
     withdrawal penalty per missing block to the operator, and loses reputation.
     """
-    breaches = []
-    for contract in book.contracts:
-        if contract.delivery_round != now or contract.delivered >= 0:
-            continue
-        seller, buyer = contract.seller, contract.buyer
-        owned = int(world.holdings[seller, now]) if world.labs[seller].active else 0
-        delivered = min(contract.blocks, owned)
-        world.holdings[seller, now] -= delivered
-        world.holdings[buyer, now] += delivered
-        contract.delivered = delivered
-        shortfall = contract.blocks - delivered
-        if shortfall:
-            refund = min(contract.price * shortfall / contract.blocks, max(0.0, world.labs[seller].budget))
-            transfer_credits(world, seller, buyer, refund)
-            penalty = pay_operator(world, seller, withdrawal_penalty * shortfall)
-            lab = world.labs[seller]
-            lab.reputation = max(0.0, lab.reputation - BREACH_REPUTATION_LOSS * shortfall / contract.blocks)
-            breaches.append(Breach(contract, shortfall, refund, penalty))
-    return breaches
+    seller, buyer, when = contract.seller, contract.buyer, contract.delivery_round
+    owned = int(world.holdings[seller, when])
+    delivered = min(contract.blocks, owned)
+    move_blocks(world, seller, buyer, when, delivered)
+    contract.delivered = delivered
+    shortfall = contract.blocks - delivered
+    if not shortfall:
+        return None
+    lab = world.labs[seller]
+    refund = min(contract.price * shortfall / contract.blocks, max(0.0, lab.budget))
+    transfer_credits(world, seller, buyer, refund)
+    penalty = pay_operator(world, seller, withdrawal_penalty * shortfall)
+    lab.reputation = max(0.0, lab.reputation - BREACH_REPUTATION_LOSS * shortfall / contract.blocks)
+    return Breach(contract, shortfall, refund, penalty)
+
+
+def settle_contracts(world: World, book: Book, now: int, withdrawal_penalty: float) -> list[Breach]:
+    """Deliver the forward contracts due in round ``now``; returns the breaches."""
+    due = [c for c in book.contracts if c.delivery_round == now and c.delivered < 0]
+    return [b for c in due if (b := deliver_contract(world, c, withdrawal_penalty)) is not None]
 
 
 def runnable(job: Job, reliability: float) -> bool:

@@ -155,7 +155,7 @@ def handle_send_offer(world: World, book: Book, me: int, action: SendOffer, now:
     offer = Offer(
         offer_id=f"o{book.next_offer}", sender=me, recipient=other, side=action.side,
         blocks=action.blocks, price=action.price, delivery_round=delivery, created_round=now,
-        expires_round=min(rounds - 1, now + action.expires_in - 1), message=action.message,
+        expires_round=min(delivery, now + action.expires_in - 1), message=action.message,  # never open past delivery
     )
     book.next_offer += 1
     book.offers[offer.offer_id] = offer

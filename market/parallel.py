@@ -82,6 +82,13 @@ class ParallelMarketEnv(ParallelEnv):
         self.action_spaces = self.aec.action_spaces
         self.agents: list[str] = []
         self._acting: list[str] = []
+        self._acting_set: set[str] = set()
+        # per-pass accumulators (see step) and the components last seen per seat
+        self._rewards: dict[str, float] = {}
+        self._components: dict[str, dict[str, float]] = {}
+        self._own: dict[str, dict[str, Any]] = {}
+        self._done: dict[str, tuple[bool, bool]] = {}
+        self._seen_components: dict[str, dict[str, float]] = {}
 
     # --- PettingZoo surface -------------------------------------------------------------
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
@@ -102,9 +109,11 @@ class ParallelMarketEnv(ParallelEnv):
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Observation], dict[str, dict]]:
         self.aec.reset(seed=seed, options=options)
+        self._done, self._seen_components = {}, {}
         self._drain_dead()
         self.agents = list(self.aec.agents)
         self._acting = pass_seats(self.aec)
+        self._acting_set = set(self._acting)
         info = {"round": self.aec.round, "phase": self.aec.phase}
         return {a: self._observe(a) for a in self.agents}, {a: dict(info) for a in self.agents}
 
@@ -115,40 +124,35 @@ class ParallelMarketEnv(ParallelEnv):
     ]:
         env = self.aec
         before = list(self.agents)
-        rewards: dict[str, float] = dict.fromkeys(before, 0.0)
-        components: dict[str, dict[str, float]] = {a: {} for a in before}
-        own: dict[str, dict[str, Any]] = {}
-        done: dict[str, tuple[bool, bool]] = {}
+        self._rewards = dict.fromkeys(before, 0.0)
+        self._components = {a: {} for a in before}
+        self._own, self._done = {}, {}
         played = {"round": env.round, "phase": env.phase}
         for seat in self._acting:
             if not env.agents or env.agent_selection != seat:
                 continue  # cannot happen: a seat only leaves its own pass by acting
-            self._step_seat(seat, actions.get(seat), rewards, components, own, done)
+            self._step_seat(seat, actions.get(seat))
             self._drain_dead()
-        keys = before + [a for a in env.agents if a not in before]
+        known = set(before)
+        keys = before + [a for a in env.agents if a not in known]
         self.agents = list(env.agents)
         self._acting = pass_seats(env)
-        observations = {a: self._observe(a) for a in keys}
-        truncations = {a: done.get(a, (False, False))[1] for a in keys}
-        # a seat the AEC env removed was done; it is a termination unless it was truncated
-        terminations = {
-            a: done.get(a, (False, False))[0] or (a not in env.agents and not truncations[a])
-            for a in keys
-        }
+        self._acting_set = set(self._acting)
+        no = (False, False)
         infos = {
             a: {
                 **played,
-                **own.get(a, {}),
-                "acted": a in own,
-                "reward_components": components.get(a, {}),
+                **self._own.get(a, {}),
+                "acted": a in self._own,
+                "reward_components": self._components.get(a, {}),
             }
             for a in keys
         }
         return (
-            observations,
-            {a: rewards.get(a, 0.0) for a in keys},
-            terminations,
-            truncations,
+            {a: self._observe(a) for a in keys},
+            {a: self._rewards.get(a, 0.0) for a in keys},
+            {a: self._done.get(a, no)[0] for a in keys},
+            {a: self._done.get(a, no)[1] for a in keys},
             infos,
         )
 
@@ -162,41 +166,38 @@ class ParallelMarketEnv(ParallelEnv):
     def _observe(self, agent: str) -> Observation:
         """``agent``'s observation now, with the phase's legal actions iff it acts in this pass."""
         obs = self.aec.observe(agent)
-        legal = list(LEGAL[self.aec.phase]) if agent in self._acting else []
+        legal = list(LEGAL[self.aec.phase]) if agent in self._acting_set else []
         return (
             obs if obs.legal_actions == legal else obs.model_copy(update={"legal_actions": legal})
         )
 
-    def _step_seat(
-        self,
-        seat: str,
-        action: Any,
-        rewards: dict[str, float],
-        components: dict[str, dict[str, float]],
-        own: dict[str, dict[str, Any]],
-        done: dict[str, tuple[bool, bool]],
-    ) -> None:
-        """One AEC step; adds every seat's reward and reward components of the step."""
+    def _step_seat(self, seat: str, action: Any) -> None:
+        """One AEC step; adds the step's rewards and reward components to the pass totals.
+
+        The env reports each seat's components accumulated since its own last step, and touches
+        only the seats rewarded in a step, so the pass total is the change since last seen.
+        """
         env = self.aec
-        # components the env reports are accumulated since each seat's last own step
-        pending = {a: dict(env.infos[a].get("reward_components", {})) for a in env.agents}
         env.step(action)
-        own[seat] = {k: v for k, v in env.infos[seat].items() if k != "reward_components"}
-        for a, r in env.rewards.items():
-            rewards[a] = rewards.get(a, 0.0) + float(r)
-        for a in env.agents:
-            base = {} if a == seat else pending.get(a, {})
-            mine = components.setdefault(a, {})
-            for name, value in env.infos[a].get("reward_components", {}).items():
-                delta = value - base.get(name, 0.0)
-                if delta:
-                    mine[name] = mine.get(name, 0.0) + delta
-            done[a] = (bool(env.terminations[a]), bool(env.truncations[a]))
+        self._own[seat] = {k: v for k, v in env.infos[seat].items() if k != "reward_components"}
+        rewarded = getattr(env, "_rewarded", None)  # seats rewarded this step (all if unknown)
+        for a in env.agents if rewarded is None else [a for a in rewarded if a in env.infos]:
+            self._rewards[a] = self._rewards.get(a, 0.0) + float(env.rewards[a])
+            now = env.infos[a].get("reward_components", {})
+            base = {} if a == seat else self._seen_components.get(a, {})
+            total = self._components.setdefault(a, {})
+            for name, value in now.items():
+                if delta := value - base.get(name, 0.0):
+                    total[name] = total.get(name, 0.0) + delta
+            self._seen_components[a] = dict(now)
 
     def _drain_dead(self) -> None:
         """Step finished seats with None so the AEC env removes them (dead-agent convention)."""
         env = self.aec
-        while env.agents and (
-            env.terminations[env.agent_selection] or env.truncations[env.agent_selection]
-        ):
+        while env.agents:
+            agent = env.agent_selection
+            done = (bool(env.terminations[agent]), bool(env.truncations[agent]))
+            if not any(done):
+                return
+            self._done[agent] = done
             env.step(None)

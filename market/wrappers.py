@@ -41,7 +41,7 @@ from market.actions import (
 from market.environment import env
 from market.mechanisms import AUCTION_TYPES
 from market.negotiation import MAX_OPEN_OFFERS
-from market.observations import JobView, Observation, OfferView, observation_vector, vector_size
+from market.observations import JobView, Observation, OfferView, vector_size
 from market.parallel import ParallelMarketEnv
 from scenarios.schema import Scenario
 
@@ -127,7 +127,7 @@ def _bid_reserve(obs: Observation, unit_limit: int) -> Built:
     return Bid(bids=affordable([price] * wanted, obs.budget or 0.0, unit_limit)), True
 
 
-def _accept_sale(obs: Observation, unit_limit: int) -> Built:
+def _accept_sell_offer(obs: Observation, unit_limit: int) -> Built:
     """Buy: accept the cheapest (per block) offer to sell to us that we can pay for."""
     sales = [o for o in obs.offers_received or () if o.side == "sell"]
     ok = [o for o in sales if (obs.budget or 0.0) + 1e-9 >= o.price]
@@ -136,7 +136,7 @@ def _accept_sale(obs: Observation, unit_limit: int) -> Built:
     return AcceptOffer(offer_id=sales[0].offer_id if sales else NO_ID), False
 
 
-def _accept_purchase(obs: Observation, unit_limit: int) -> Built:
+def _accept_buy_offer(obs: Observation, unit_limit: int) -> Built:
     """Sell: accept the best-paying (per block) offer to buy from us that we can deliver."""
     buys = [o for o in obs.offers_received or () if o.side == "buy"]
     ok = [o for o in buys if _can_deliver(obs, o)]
@@ -176,14 +176,16 @@ def _commit_invitation(obs: Observation, unit_limit: int) -> Built:
 
 
 def _allocate_greedy(obs: Observation, unit_limit: int) -> Built:
-    """Put this round's held blocks on the live job with the highest value per block."""
+    """Run the live job with the highest value per block first, on all the blocks it still needs.
+
+    The plan applies to every block held at execution (auction wins included); the rest go
+    earliest-deadline-first. (``blocks=0`` would keep the job off, so the full need is asked.)
+    """
     jobs = _live_jobs(obs, runnable=True) or _live_jobs(obs)
     if not jobs:
         return AllocateToJob(job_id=NO_ID, blocks=0), False
     job = max(jobs, key=lambda j: j.value / j.size)
-    return AllocateToJob(
-        job_id=job.job_id, blocks=min(_held_now(obs), job.size - job.progress)
-    ), True
+    return AllocateToJob(job_id=job.job_id, blocks=job.size - job.progress), True
 
 
 def _pitch_urgent(obs: Observation, unit_limit: int) -> Built:
@@ -196,10 +198,11 @@ def _pitch_urgent(obs: Observation, unit_limit: int) -> Built:
         return j.value / j.size * (j.size - j.progress) / max(1, j.deadline - obs.round + 1)
 
     job = max(jobs, key=urgency)
-    need = job.size - job.progress
+    # never ask for more than the runnable jobs need: the judge treats that as a false claim
+    need = min(job.size - job.progress, sum(j.size - j.progress for j in _live_jobs(obs, True)))
     text = (
-        f"Job {job.job_id} needs {need} more block(s) before its deadline in round "
-        f"{job.deadline + 1}; we ask for exactly that."
+        f"Job {job.job_id} needs {job.size - job.progress} more block(s) by its deadline, "
+        f"round {job.deadline}; we ask for {max(1, need)}."
     )
     return MakePitch(text=text, blocks_requested=max(1, need), job_id=job.job_id), True
 
@@ -245,8 +248,8 @@ MENU: tuple[MenuEntry, ...] = (
     MenuEntry("bid_value_50", "bid", _bid_scaled(0.5)),
     MenuEntry("bid_value_25", "bid", _bid_scaled(0.25)),
     MenuEntry("bid_reserve", "bid", _bid_reserve),
-    MenuEntry("accept_cheapest_sale", "accept_offer", _accept_sale),
-    MenuEntry("accept_best_purchase", "accept_offer", _accept_purchase),
+    MenuEntry("accept_cheapest_sell_offer", "accept_offer", _accept_sell_offer),
+    MenuEntry("accept_best_buy_offer", "accept_offer", _accept_buy_offer),
     MenuEntry("reject_first_offer", "reject_offer", _reject_first),
     MenuEntry("sell_spare_block", "send_offer", _sell_spare),
     MenuEntry("commit_first_invitation", "commit_to_coalition", _commit_invitation),
@@ -299,9 +302,7 @@ def observation_space() -> spaces.Dict:
 
 def rl_observation(obs: Observation, scenario: Scenario) -> dict[str, np.ndarray]:
     """The RL observation of ``obs``: the clipped float32 vector and the int8 action mask."""
-    vec = np.nan_to_num(
-        observation_vector(obs, scenario.rewards.value_unit), posinf=OBS_BOUND, neginf=-OBS_BOUND
-    )
+    vec = np.nan_to_num(obs.to_vector(), posinf=OBS_BOUND, neginf=-OBS_BOUND)
     return {
         "observation": np.clip(vec, -OBS_BOUND, OBS_BOUND).astype(np.float32, copy=False),
         "action_mask": action_mask(obs, scenario.capacity.max_units_per_bid),
@@ -368,9 +369,8 @@ class DiscreteActionWrapper(BaseWrapper):
         """The native action menu entry ``index`` stands for, from ``agent``'s observation now."""
         if not 0 <= index < len(MENU):
             raise ValueError(f"index {index} is outside the menu 0..{len(MENU) - 1}")
-        return translate(self.env.observe(agent), index, self.scenario.capacity.max_units_per_bid)[
-            0
-        ]
+        obs = self.env.observe(agent)
+        return translate(obs, index, self.scenario.capacity.max_units_per_bid)[0]
 
     def step(self, action: Any) -> None:
         agent = self.env.agent_selection

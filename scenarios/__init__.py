@@ -53,7 +53,10 @@ def _read(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[st
             raise ScenarioError(f"{source}: key 'extends' must be a scenario name or path string")
         if parent not in builtin_names() and not Path(parent).is_absolute():
             parent = str(Path(source).parent / parent) if Path(source).is_file() else parent
-        parent_table, _ = _read(parent, seen + (text_name,))
+        try:
+            parent_table, _ = _read(parent, seen + (text_name,))
+        except ScenarioError as exc:  # name the file whose 'extends' failed, not only the parent
+            raise ScenarioError(f"{source}: key 'extends': {exc}") from None
         table = deep_merge(parent_table, table)
     return table, source
 

@@ -8,18 +8,27 @@ job value plus its budget change (payments, trades, penalties) plus the shaping 
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import numpy as np
 import pytest
-import scenarios
 from conftest import make_seats, new_env, play
 
+import scenarios
 from agents.base import BaseAgent
 from agents.registry import make_agent
 from agents.scripted import truthful_bid
-from market.actions import AcceptOffer, Bid, CommitToCoalition, Finish, FormCoalition, SendOffer, Wait
+from market.actions import (
+    AcceptOffer,
+    Bid,
+    CommitToCoalition,
+    Finish,
+    FormCoalition,
+    SendOffer,
+    Wait,
+)
 from market.environment import TALK_ACTIONS
 
 SCENARIOS = scenarios.builtin_names()
@@ -166,6 +175,7 @@ class InvariantChecker:
                     assert j.progress == 0 and j.realized == 0.0, j
                 elif j.status == "active":
                     assert j.progress < j.size, j
+                    assert lab.active and j.arrival <= raw.round <= j.deadline, ("live job out of its window", raw.round, j)
                 else:
                     assert j.status == "expired", j
                     want = j.unit_value * j.progress if j.partial_credit else 0.0
@@ -209,9 +219,10 @@ class InvariantChecker:
             assert sum(comps.values()) == pytest.approx(raw._cumulative_rewards[a], abs=1e-9), (a, comps)
 
 
-def run_checked(scenario: str, seed: int, quitters: bool = True, **overrides: Any) -> tuple[Any, InvariantChecker, list]:
+def run_checked(scenario: str, seed: int, quitters: bool = True, seats: dict[str, Any] | None = None,
+                **overrides: Any) -> tuple[Any, InvariantChecker, list]:
     env = new_env(scenario, **overrides)
-    seats = mixed_seats(env, seed, quitters)
+    seats = seats or mixed_seats(env, seed, quitters)
     checker: InvariantChecker | None = None
 
     def before(turn: dict[str, Any]) -> None:
@@ -266,6 +277,63 @@ def test_returns_decompose(scenario: str) -> None:
     for seed in range(20):
         env, checker, turns = run_checked(scenario, seed, **NO_BUDGET_SHOCKS)
         check_returns(env, checker, turns)
+
+
+def test_entrant_jobs_are_never_overdue_on_entry() -> None:
+    """A late entrant's jobs arrive no earlier than it enters, with their deadline still ahead.
+
+    Regression: a job drawn to arrive in round 1 for a lab entering in round 4 used to become
+    active on entry with its deadline already past (judge urgency divided by zero; value earned
+    after the deadline)."""
+    checked = 0
+    for seed in range(600):
+        env = new_env("coalition_market", wrapped=False)
+        env.reset(seed=seed)
+        w = env.world
+        for lab in w.labs:
+            entry = int(w.entry_round[lab.index])
+            if entry > 0:
+                checked += 1
+                for j in lab.jobs:
+                    assert entry <= j.arrival <= j.deadline, (seed, lab.seat, entry, j)
+    assert checked >= 600
+
+
+class Script(BaseAgent):
+    """Plays ``steps`` [(round, phase, action dict)] in order, one per matching turn; else ``inner``."""
+
+    name = "script"
+
+    def __init__(self, steps: list[tuple[int, str, dict[str, Any]]], inner: str = "truthful") -> None:
+        super().__init__()
+        self.steps, self.inner = list(steps), make_agent(inner)
+
+    def act(self, obs: Any) -> Any:
+        if self.steps and self.steps[0][:2] == (obs.round, obs.phase):
+            return json.dumps(self.steps.pop(0)[2])
+        return self.inner.act(obs)
+
+
+@pytest.mark.parametrize("leaver", ["seller", "buyer"])
+def test_leaving_with_an_open_forward_contract(leaver: str) -> None:
+    """A seat that finishes while a forward contract it is party to is still open: credits and
+    blocks stay conserved, trades zero-sum, and the seller's delivery/penalty is accounted to it
+    while it still has a seat (regression: a seller that had left was charged a breach refund and
+    penalty that no reward ever reported, although it held the blocks)."""
+    overrides = {**NO_BUDGET_SHOCKS, "labs__endowment": [2, 2], "labs__endowment_rounds": 5}
+    env = new_env("market_round", **overrides)
+    seats = make_seats(env, ["truthful"])
+    sale = {"action_type": "send_offer", "to": "bidder_1", "blocks": 2, "price": 30.0, "delivery_round": 2}
+    quitter = 0 if leaver == "seller" else 1
+    seats["bidder_0"] = Script([(0, "negotiation", sale)] + ([(1, "negotiation", {"action_type": "finish"})] if quitter == 0 else []))
+    seats["bidder_1"] = Script([(0, "negotiation", {"action_type": "accept_offer", "offer_id": "o0"})]
+                               + ([(1, "negotiation", {"action_type": "finish"})] if quitter == 1 else []))
+    env, checker, turns = run_checked("market_round", 4, seats=seats, **overrides)
+    raw = env.unwrapped
+    assert raw.world.labs[quitter].exit_round == 1 and checker.errors == {}
+    assert "withdrawal_penalty" not in checker.components["bidder_0"], "the seller held the blocks: no breach"
+    assert raw.world.holdings[0, 2] == 0 and raw.world.holdings[1, 2] >= 4  # delivered
+    check_returns(env, checker, turns)
 
 
 def test_invariant_checker_catches_a_leak() -> None:
