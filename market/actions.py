@@ -10,7 +10,15 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 from market.mechanisms import Mechanism
 
@@ -24,16 +32,14 @@ def _clip_text(value: str) -> str:
     return cleaned[:MAX_TEXT]
 
 
+Text = Annotated[str, AfterValidator(_clip_text)]
+
+
 class _Action(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     agent: str | None = Field(None, description="Optional: the seat this action is for; must be the acting seat.")
-    reasoning: str | None = Field(None, description="Optional free text (kept in transcripts, ignored by the market).")
-
-    @field_validator("reasoning")
-    @classmethod
-    def _clip_reasoning(cls, v: str | None) -> str | None:
-        return None if v is None else _clip_text(v)
+    reasoning: Text | None = Field(None, description="Optional free text (kept in transcripts, ignored by the market).")
 
 
 class MechanismUpdate(BaseModel):
@@ -79,12 +85,8 @@ class SendOffer(_Action):
     price: float = Field(ge=0.0, le=1e9)
     delivery_round: int | None = Field(None, ge=0, description="Absolute round; default: the current round.")
     expires_in: int = Field(1, ge=1, le=1000, description="Rounds the offer stays open (1: until this round's bidding).")
-    message: str | None = None
+    message: Text | None = None
 
-    @field_validator("message")
-    @classmethod
-    def _clip(cls, v: str | None) -> str | None:
-        return None if v is None else _clip_text(v)
 
 
 class CounterOffer(_Action):
@@ -98,12 +100,8 @@ class CounterOffer(_Action):
     offer_id: str
     blocks: int = Field(ge=1, le=1_000_000)
     price: float = Field(ge=0.0, le=1e9)
-    message: str | None = None
+    message: Text | None = None
 
-    @field_validator("message")
-    @classmethod
-    def _clip(cls, v: str | None) -> str | None:
-        return None if v is None else _clip_text(v)
 
 
 class AcceptOffer(_Action):
@@ -128,15 +126,11 @@ class FormCoalition(_Action):
 
     action_type: Literal["form_coalition"] = "form_coalition"
     members: list[str] = Field(min_length=1, max_length=64, description="Seats invited (not including yourself).")
-    purpose: str = ""
+    purpose: Text = ""
     contribution: float = Field(0.0, ge=0.0, le=1e9)
     split: Literal["proportional", "equal"] = "proportional"
     term_rounds: int = Field(1, ge=1, le=1000)
 
-    @field_validator("purpose")
-    @classmethod
-    def _clip(cls, v: str) -> str:
-        return _clip_text(v)
 
 
 class CommitToCoalition(_Action):
@@ -153,26 +147,18 @@ class LeaveCoalition(_Action):
 class SendMessage(_Action):
     action_type: Literal["send_message"] = "send_message"
     to: str | list[str] = Field("all", description="'all' (public) or one or more seats (private).")
-    text: str
+    text: Text
 
-    @field_validator("text")
-    @classmethod
-    def _clip(cls, v: str) -> str:
-        return _clip_text(v)
 
 
 class MakePitch(_Action):
     """Ask the judge for blocks from the judge pool this round."""
 
     action_type: Literal["make_pitch"] = "make_pitch"
-    text: str
+    text: Text
     blocks_requested: int = Field(1, ge=1, le=1_000_000)
     job_id: str | None = None
 
-    @field_validator("text")
-    @classmethod
-    def _clip(cls, v: str) -> str:
-        return _clip_text(v)
 
 
 class CounterPitch(_Action):
@@ -180,12 +166,8 @@ class CounterPitch(_Action):
 
     action_type: Literal["counter_pitch"] = "counter_pitch"
     target: str
-    text: str
+    text: Text
 
-    @field_validator("text")
-    @classmethod
-    def _clip(cls, v: str) -> str:
-        return _clip_text(v)
 
 
 class AllocateToJob(_Action):

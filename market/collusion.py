@@ -186,10 +186,9 @@ class InteractionGraph:
             self._g.add_nodes_from(range(self._n, lab + 1))
             self._n = lab + 1
 
-    def record_private_message(self, sender: int, recipient: int, round_: int) -> None:
-        """Count one private message from ``sender`` to ``recipient`` in ``round_``."""
-        a = int(sender)
-        b = int(recipient)
+    def _edge(self, a: int, b: int) -> tuple[tuple[int, int], dict[str, Any]]:
+        """The (sorted) key and attribute dict of the edge between two labs, created if new."""
+        a, b = int(a), int(b)
         n = self._n
         if a == b or not (0 <= a < n and 0 <= b < n):
             raise ValueError(self._bad_pair(a, b))
@@ -197,6 +196,11 @@ class InteractionGraph:
         data = self._edges.get(key)
         if data is None:
             data = self._new_edge(key)
+        return key, data
+
+    def record_private_message(self, sender: int, recipient: int, round_: int) -> None:
+        """Count one private message from ``sender`` to ``recipient`` in ``round_``."""
+        key, data = self._edge(sender, recipient)
         data["messages"] += 1
         r = int(round_)
         per_round = self._round_messages.get(r)
@@ -206,15 +210,7 @@ class InteractionGraph:
 
     def record_trade(self, a: int, b: int, round_: int) -> None:
         """Count one bilateral trade between ``a`` and ``b`` in ``round_``."""
-        a = int(a)
-        b = int(b)
-        n = self._n
-        if a == b or not (0 <= a < n and 0 <= b < n):
-            raise ValueError(self._bad_pair(a, b))
-        key = (a, b) if a < b else (b, a)
-        data = self._edges.get(key)
-        if data is None:
-            data = self._new_edge(key)
+        _, data = self._edge(a, b)
         data["trades"] += 1
         r = int(round_)
         if r < self._first_round:
