@@ -7,7 +7,7 @@ concurrently; scripted agents inherit the default that calls ``act``.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -28,13 +28,20 @@ class Agent(Protocol):
 
 
 class BaseAgent:
-    """Convenience base: a name, the roles it fills, a seeded Generator, and async via ``act``."""
+    """Convenience base: a name, the roles it fills, a seeded Generator, and async via ``act``.
+
+    ``stats`` collects per-seat accounting (LLM tokens, latency, retries, fallbacks); the runner
+    copies it into results. ``limiter``, when the runner sets it, bounds model requests in flight
+    across all concurrent episodes.
+    """
 
     name: ClassVar[str] = "base"
     roles: ClassVar[frozenset[str]] = frozenset({"bidder"})
+    limiter: Any = None
 
     def __init__(self) -> None:
         self.rng = np.random.default_rng(0)
+        self.stats: dict[str, float] = {}
 
     def reset(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(seed)

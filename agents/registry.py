@@ -1,11 +1,16 @@
 """Agent specs: ``name`` or ``name?key=value&...``, resolved to an agent instance.
 
-This is the minimal registry; plug-ins (entry points, ``py:module:Class``) and LLM specs extend it.
+Where an agent comes from: the built-ins below; installed plug-ins (entry-point group
+``gpumarket.agents``: ``name = "package.module:ClassName"``); ``py:package.module:ClassName`` for
+any importable class; ``llm:openai?...`` and ``llm:hf?...`` for LLM seats (agents/llm.py).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
 from urllib.parse import parse_qsl
 
 from agents.base import BaseAgent
@@ -31,20 +36,104 @@ class AgentSpecError(ValueError):
     """An agent spec could not be resolved; the message lists what is available."""
 
 
-def make_agent(spec: str, role: str | None = None) -> BaseAgent:
-    name, _, query = spec.partition("?")
-    factory = REGISTRY.get(name.strip())
-    if factory is None:
-        raise AgentSpecError(f"unknown agent {name!r}; registered agents: {', '.join(sorted(REGISTRY))}")
-    params = dict(parse_qsl(query, strict_parsing=False)) if query else {}
+ENTRY_POINT_GROUP = "gpumarket.agents"
+SPEC_HELP = (
+    "a spec is NAME or NAME?key=value&key=value (NAME: a registered agent or a plug-in from the "
+    "'gpumarket.agents' entry-point group), py:package.module:ClassName?..., "
+    "llm:openai?model=...&base_url=..., or llm:hf?path=..."
+)
+
+
+def _coerce(value: str) -> Any:
+    """Query-string values to Python: true/false, integers and floats; anything else stays text."""
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for convert in (int, float):
+        try:
+            return convert(value)
+        except ValueError:
+            pass
+    return value
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"name?k=v&k2=v2"`` -> ``("name", {"k": v, "k2": v2})`` with values coerced."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise AgentSpecError(f"empty agent spec; {SPEC_HELP}")
+    name, _, query = spec.strip().partition("?")
     try:
-        agent = factory(**params)
-    except TypeError as exc:
-        raise AgentSpecError(f"agent {name!r} does not take parameters {sorted(params)}: {exc}") from None
-    if role is not None and role not in agent.roles:
-        raise AgentSpecError(f"agent {name!r} cannot fill a {role} seat (it fills: {', '.join(sorted(agent.roles))})")
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise AgentSpecError(f"agent spec {spec!r}: the part after '?' must be key=value pairs joined by '&'") from None
+    return name.strip(), {k: _coerce(v) for k, v in pairs}
+
+
+def plugins() -> dict[str, Any]:
+    """Agents registered by installed distributions under the ``gpumarket.agents`` group."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load_py(target: str) -> Callable[..., BaseAgent]:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise AgentSpecError(f"py:{target}: write py:package.module:ClassName")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AgentSpecError(f"py:{target}: cannot import {module_name!r} ({exc}); is it installed or on PYTHONPATH?") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise AgentSpecError(f"py:{target}: module {module_name!r} has no attribute {attr!r}")
+    return factory
+
+
+def _resolve(name: str) -> Callable[..., BaseAgent]:
+    if name.startswith("py:"):
+        return _load_py(name[3:])
+    if name in REGISTRY:
+        return REGISTRY[name]
+    found = plugins().get(name)
+    if found is not None:
+        try:
+            return found.load()
+        except Exception as exc:  # a broken plug-in must not take the registry down
+            raise AgentSpecError(f"plug-in agent {name!r} ({found.value}) failed to load: {exc}") from None
+    known = sorted({*REGISTRY, *plugins()})
+    raise AgentSpecError(f"unknown agent {name!r}; available: {', '.join(known)}; {SPEC_HELP}")
+
+
+def _make_llm(kind: str, params: dict[str, Any]) -> BaseAgent:
+    from agents.llm import make_llm_agent
+
+    try:
+        return make_llm_agent(kind, params)
+    except (TypeError, ValueError) as exc:
+        raise AgentSpecError(f"llm:{kind}: {exc}") from None
+
+
+def make_agent(spec: str, role: str | None = None) -> BaseAgent:
+    """Build a fresh agent from its spec; ``role`` ('designer' or 'bidder') is checked if given."""
+    name, params = parse_spec(spec)
+    if name.startswith("llm:"):
+        agent = _make_llm(name[4:], params)
+    else:
+        factory = _resolve(name)
+        try:
+            agent = factory(**params)
+        except TypeError as exc:
+            raise AgentSpecError(f"agent {name!r} does not take parameters {sorted(params)}: {exc}") from None
+        except ValueError as exc:
+            raise AgentSpecError(f"agent {name!r}: {exc}") from None
+    roles = getattr(agent, "roles", None)
+    if not roles or not callable(getattr(agent, "act", None)):
+        raise AgentSpecError(f"{name!r} did not build an agent (it needs act(observation) and roles)")
+    if role is not None and role not in roles:
+        raise AgentSpecError(f"agent {name!r} cannot fill a {role} seat (it fills: {', '.join(sorted(roles))})")
     return agent
 
 
 def registered(role: str | None = None) -> list[str]:
-    return sorted(n for n, f in REGISTRY.items() if role is None or role in getattr(f, "roles", frozenset()))
+    """Built-in and plug-in agent names (plug-ins are listed without loading them)."""
+    names = {n for n, f in REGISTRY.items() if role is None or role in getattr(f, "roles", frozenset())}
+    return sorted(names | set(plugins()))

@@ -7,6 +7,7 @@ episode's streams, so an episode is a pure function of (scenario, seed, agents).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import defaultdict
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.base import BaseAgent
+from agents.backends.base import RequestLimiter
 from agents.registry import make_agent
+from market.actions import ActionModel, Bid, Wait
 from market.environment import DESIGNER, raw_env
 from scenarios import load_scenario
 from scenarios.schema import Scenario
@@ -34,6 +36,9 @@ class EpisodeResult:
     steps: int
     seconds: float
     round_log: list[dict[str, Any]] = field(default_factory=list)
+    agent_errors: dict[str, int] = field(default_factory=dict)
+    last_agent_error: dict[str, str] = field(default_factory=dict)
+    agent_stats: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def welfare_ratio(self) -> float:
@@ -67,43 +72,167 @@ def _spec_name(agent: Any) -> str:
     return agent if isinstance(agent, str) else getattr(agent, "name", type(agent).__name__)
 
 
+def fallback_action(obs: Any) -> ActionModel:
+    """What a seat does when its agent fails: abstain in bidding, wait otherwise."""
+    return Bid(bids=[]) if getattr(obs, "phase", None) == "bidding" else Wait()
+
+
+def _is_factory(spec: Any) -> bool:
+    """An agent class or a zero-argument function returning an agent (not an agent object)."""
+    return isinstance(spec, type) or (callable(spec) and not hasattr(spec, "act"))
+
+
+def _build_agents(sc: Scenario, seats: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Resolve seat specs to agents: spec strings and zero-argument factories build fresh agents."""
+    specs = resolve_seats(sc, seats)
+    agents: dict[str, Any] = {}
+    for seat, spec in specs.items():
+        role = "designer" if seat == DESIGNER else "bidder"
+        if isinstance(spec, str):
+            agents[seat] = make_agent(spec, role)
+        elif _is_factory(spec):
+            agents[seat] = spec()
+        else:
+            agents[seat] = spec
+    return specs, agents
+
+
+class _Tally:
+    """Per-seat returns, reward components, invalid actions and agent failures of one episode."""
+
+    def __init__(self) -> None:
+        self.returns: dict[str, float] = defaultdict(float)
+        self.components: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.invalid: dict[str, int] = defaultdict(int)
+        self.agent_errors: dict[str, int] = defaultdict(int)
+        self.last_agent_error: dict[str, str] = {}
+        self.steps = 0
+
+    def observe(self, seat: str, reward: float, info: dict[str, Any]) -> None:
+        self.returns[seat] += reward
+        for name, value in info.get("reward_components", {}).items():
+            self.components[seat][name] += value
+        if "error" in info:
+            self.invalid[seat] += 1
+
+    def agent_failed(self, seat: str, exc: BaseException) -> None:
+        self.agent_errors[seat] += 1
+        self.last_agent_error[seat] = f"{type(exc).__name__}: {exc}"[:500]
+
+    def result(self, sc: Scenario, seed: int, specs: dict[str, Any], agents: dict[str, Any],
+               start: float, env: raw_env) -> EpisodeResult:
+        return EpisodeResult(
+            scenario=sc.name, seed=seed, seats={s: _spec_name(a) for s, a in specs.items()},
+            returns={s: self.returns.get(s, 0.0) for s in specs},
+            components={s: dict(self.components.get(s, {})) for s in specs},
+            invalid_actions={s: self.invalid.get(s, 0) for s in specs},
+            steps=self.steps, seconds=time.perf_counter() - start, round_log=env.round_log,
+            agent_errors={s: self.agent_errors.get(s, 0) for s in specs},
+            last_agent_error=dict(self.last_agent_error),
+            agent_stats={s: dict(getattr(a, "stats", {}) or {}) for s, a in agents.items()},
+        )
+
+
 def run_episode(
     scenario: str | Path | Scenario = "market_round",
     seed: int = 0,
     seats: Mapping[str, Any] | None = None,
     env: raw_env | None = None,
 ) -> EpisodeResult:
-    """Play one episode. ``seats`` maps seat -> agent spec string or agent object."""
+    """Play one episode. ``seats`` maps seat -> spec string, agent object or agent factory.
+
+    An exception inside an agent never stops the episode: it is counted for the seat
+    (``agent_errors``) and the seat plays :func:`fallback_action` for that turn.
+    """
     env = env if env is not None else raw_env(scenario)
     sc = env.scenario
-    specs = resolve_seats(sc, seats)
-    agents: dict[str, BaseAgent] = {}
-    for seat, spec in specs.items():
-        agents[seat] = make_agent(spec, "designer" if seat == DESIGNER else "bidder") if isinstance(spec, str) else spec
+    specs, agents = _build_agents(sc, seats)
     start = time.perf_counter()
     env.reset(seed=seed)
     for seat, agent in agents.items():
         agent.reset(env.seat_seed(seat))
-    returns: dict[str, float] = defaultdict(float)
-    components: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    invalid: dict[str, int] = defaultdict(int)
-    steps = 0
+    tally = _Tally()
     for seat in env.agent_iter():
         obs, reward, terminated, truncated, info = env.last()
-        returns[seat] += reward
-        for name, value in info.get("reward_components", {}).items():
-            components[seat][name] += value
-        if "error" in info and info.get("round") is not None:
-            invalid[seat] += 1
-        env.step(None if terminated or truncated else agents[seat].act(obs))
-        steps += 1
-    return EpisodeResult(
-        scenario=sc.name, seed=seed, seats={s: _spec_name(a) for s, a in specs.items()},
-        returns={s: returns.get(s, 0.0) for s in specs},
-        components={s: dict(components.get(s, {})) for s in specs},
-        invalid_actions={s: invalid.get(s, 0) for s in specs},
-        steps=steps, seconds=time.perf_counter() - start, round_log=env.round_log,
-    )
+        tally.observe(seat, reward, info)
+        if terminated or truncated:
+            action = None
+        else:
+            try:
+                action = agents[seat].act(obs)
+            except Exception as exc:  # an agent bug must not take the episode down
+                tally.agent_failed(seat, exc)
+                action = fallback_action(obs)
+        env.step(action)
+        tally.steps += 1
+    return tally.result(sc, seed, specs, agents, start, env)
+
+
+async def arun_episode(
+    scenario: str | Path | Scenario = "market_round",
+    seed: int = 0,
+    seats: Mapping[str, Any] | None = None,
+    *,
+    limiter: RequestLimiter | None = None,
+    agent_timeout: float | None = 120.0,
+) -> EpisodeResult:
+    """Play one episode with ``aact``, so many episodes with LLM seats can run concurrently.
+
+    Every agent gets ``limiter`` (one shared bound on model requests in flight); an agent that
+    raises or exceeds ``agent_timeout`` seconds is counted and plays the fallback action.
+    """
+    env = raw_env(scenario)
+    sc = env.scenario
+    specs, agents = _build_agents(sc, seats)
+    if limiter is not None:
+        for agent in agents.values():
+            agent.limiter = limiter
+    start = time.perf_counter()
+    env.reset(seed=seed)
+    for seat, agent in agents.items():
+        agent.reset(env.seat_seed(seat))
+    tally = _Tally()
+    for seat in env.agent_iter():
+        obs, reward, terminated, truncated, info = env.last()
+        tally.observe(seat, reward, info)
+        if terminated or truncated:
+            action = None
+        else:
+            try:
+                action = await asyncio.wait_for(agents[seat].aact(obs), agent_timeout)
+            except Exception as exc:  # includes TimeoutError
+                tally.agent_failed(seat, exc)
+                action = fallback_action(obs)
+        env.step(action)
+        tally.steps += 1
+    return tally.result(sc, seed, specs, agents, start, env)
+
+
+def run_concurrent(
+    scenario: str | Path | Scenario,
+    seeds: Iterable[int],
+    seats: Mapping[str, Any] | None = None,
+    *,
+    max_in_flight: int = 8,
+    agent_timeout: float | None = 120.0,
+) -> list[EpisodeResult]:
+    """Episodes over ``seeds`` as concurrent asyncio tasks under one request limit.
+
+    ``seats`` values must be spec strings or zero-argument factories (each episode needs its own
+    agents); results come back in seed order.
+    """
+    for seat, spec in (seats or {}).items():
+        if not isinstance(spec, str) and not _is_factory(spec):
+            raise ValueError(f"seat {seat}: pass a spec string or a factory, not an agent object, "
+                             "so that concurrent episodes do not share one agent")
+    sc = load_scenario(scenario)
+    limiter = RequestLimiter(max_in_flight)
+
+    async def main() -> list[EpisodeResult]:
+        tasks = [arun_episode(sc, seed, seats, limiter=limiter, agent_timeout=agent_timeout) for seed in seeds]
+        return list(await asyncio.gather(*tasks))
+
+    return asyncio.run(main())
 
 
 def _run_one(args: tuple[Any, int, dict[str, Any]]) -> EpisodeResult:

@@ -1,0 +1,1 @@
+"""Model backends for LLM seats: an OpenAI-compatible HTTP client and in-process transformers."""
