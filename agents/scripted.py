@@ -175,6 +175,8 @@ class _Spammer(BaseAgent):
 
 
 class OfferSpammer(_Spammer):
+    """Sends a zero-price buy offer every negotiation turn and never bids (proves offers alone never pay)."""
+
     name = "spam_offers"
 
     def talk(self, obs: Observation) -> ActionModel:
@@ -183,6 +185,8 @@ class OfferSpammer(_Spammer):
 
 
 class CoalitionSpammer(_Spammer):
+    """Proposes a coalition with everyone every negotiation turn and never bids."""
+
     name = "spam_coalitions"
 
     def talk(self, obs: Observation) -> ActionModel:
@@ -191,6 +195,8 @@ class CoalitionSpammer(_Spammer):
 
 
 class PitchSpammer(_Spammer):
+    """Sends a keyword-stuffed pitch for 1000 blocks every negotiation turn and never bids."""
+
     name = "spam_pitches"
 
     def talk(self, obs: Observation) -> ActionModel:

@@ -139,12 +139,16 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_agents(args: argparse.Namespace) -> int:
-    from agents.registry import REGISTRY
+    from agents.registry import REGISTRY, plugins
 
     for name in sorted(REGISTRY):
         cls = REGISTRY[name]
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        print(f"{name:<18} {','.join(sorted(getattr(cls, 'roles', ()))):<10} {doc}")
+        print(f"{name:<18} {','.join(sorted(getattr(cls, 'roles', ()))):<16} {doc}")
+    for name, ep in sorted(plugins().items()):
+        if name not in REGISTRY:
+            print(f"{name:<18} {'(plug-in)':<16} {ep.value}")
+    print("also: py:package.module:ClassName?..., llm:openai?model=...&base_url=..., llm:hf?path=...")
     return 0
 
 
