@@ -14,6 +14,16 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from agents.base import BaseAgent
+from agents.population import (
+    ColluderBidder,
+    DropoutBidder,
+    ExploiterBidder,
+    GreedyHoarder,
+    NoNegotiationBidder,
+    RuleDesigner,
+    RuleExpert,
+    ShaderBidder,
+)
 from agents.scripted import (
     AlwaysAcceptBidder,
     CoalitionSpammer,
@@ -28,7 +38,9 @@ from agents.scripted import (
 REGISTRY: dict[str, Callable[..., BaseAgent]] = {
     cls.name: cls
     for cls in (TruthfulBidder, RandomValidBidder, AlwaysAcceptBidder, FixedDesigner, RandomDesigner,
-                OfferSpammer, CoalitionSpammer, PitchSpammer)
+                OfferSpammer, CoalitionSpammer, PitchSpammer,
+                ShaderBidder, ColluderBidder, DropoutBidder, ExploiterBidder, GreedyHoarder,
+                NoNegotiationBidder, RuleExpert, RuleDesigner)
 }
 
 

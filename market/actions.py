@@ -158,6 +158,13 @@ class MakePitch(_Action):
     text: Text
     blocks_requested: int = Field(1, ge=1, le=1_000_000)
     job_id: str | None = None
+    # optional structured claims; the judge checks each against the lab's true jobs
+    claimed_deadline: int | None = Field(
+        None, ge=0, le=1_000_000, description="Optional claim: the round your job is due.")
+    claimed_blocks: int | None = Field(
+        None, ge=0, le=1_000_000, description="Optional claim: blocks your live jobs still need.")
+    claimed_value: float | None = Field(
+        None, ge=0.0, le=1e12, description="Optional claim: the job(s)' total value in credits.")
 
 
 

@@ -16,6 +16,9 @@ EXAMPLES = {
     "bench": "gpumarket bench --seconds 2",
     "validate": "gpumarket validate my_scenario.toml",
     "agents": "gpumarket agents",
+    "report": "gpumarket report runs/market_round/ -o report.html",
+    "show": "gpumarket show runs/market_round/0.jsonl --round 2",
+    "replay": "gpumarket replay runs/market_round/0.jsonl   (or a directory: runs/market_round)",
 }
 
 
@@ -55,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seat", type=parse_seat, action="append", default=[], metavar="SEAT=AGENT", help="fill a seat, e.g. bidder_0=random_valid (repeatable)")
     run.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="worker processes (default: CPU count, at most 4)")
     run.add_argument("--json", type=Path, help="also write the per-episode results as JSON to this file")
+    run.add_argument("--out", type=Path, default=Path("runs"),
+                     help="transcripts go to OUT/<scenario>/<seed>.jsonl (default: runs)")
+    run.add_argument("--no-transcripts", action="store_true", help="do not record transcripts")
 
     bench = add("bench", "Measure AEC steps/s per built-in scenario and clearing time of a 1,000-bidder, 10,000-block market.")
     bench.add_argument("--seconds", type=float, default=2.0, help="time per scenario (default 2)")
@@ -65,6 +71,36 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("scenarios", nargs="+")
 
     add("agents", "List the registered agents and the seats they can fill.")
+
+    report = add("report", "Write one self-contained HTML report (plots, trade/coalition graph, "
+                           "every round) of a transcript or a folder of transcripts (*.jsonl).")
+    report.add_argument("paths", nargs="+", type=Path, metavar="FILE|DIR",
+                        help="transcript files or folders of them")
+    report.add_argument("-o", "--output", type=Path, default=None,
+                        help="HTML file to write (default: report.html in DIR, or next to FILE)")
+
+    show = add("show", "Print a transcript in the terminal, round by round.")
+    show.add_argument("path", type=Path, metavar="FILE", help="a transcript (.jsonl)")
+    show.add_argument("--round", type=int, default=None, metavar="N", help="only round N")
+    show.add_argument("--no-steps", action="store_true",
+                      help="leave out each round's list of actions")
+
+    replay = add("replay", "Re-execute transcripts from their seed and verify every reward and "
+                           "state digest (exit 1 on the first divergence, 2 on an unusable file).")
+    replay.add_argument("files", nargs="+", type=Path,
+                        help="transcript files, or directories of *.jsonl")
+    replay.add_argument("--partial", action="store_true",
+                        help="replay the complete steps of a cut or aborted transcript")
+    replay.add_argument("--update", action="store_true",
+                        help="re-record each file afresh (same seed and seats; current built-in "
+                             "scenario), then verify it")
+    replay.add_argument("--rejudge", metavar="JUDGE",
+                        help="also score every round's pitches with this judge (rule, "
+                             "llm:openai?model=..., py:module:Judge); report how verdicts change")
+    replay.add_argument("--ignore-digests", action="store_true",
+                        help="replay even if the digest chain shows the file was edited")
+    replay.add_argument("--rounds", action="store_true",
+                        help="print a table of the replayed rounds")
     return parser
 
 
@@ -86,8 +122,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"gpumarket run: {exc}", file=sys.stderr)
         return 2
     console = Console()
+    out = None if args.no_transcripts else args.out / scenario.name
     with console.status(f"running {scenario.name} over {len(args.seeds)} seed(s) with {args.workers} worker(s)..."):
-        results = run_many(scenario, args.seeds, seats, workers=args.workers)
+        results = run_many(scenario, args.seeds, seats, workers=args.workers, transcript=out)
     table = Table(title=f"{scenario.name}: {len(results)} episode(s), seeds {args.seeds[0]}..{args.seeds[-1]} (mean +/- 95% CI)")
     for col in ("seat", "agent", "component", "mean", "+/- 95% CI"):
         table.add_column(col, justify="right" if col in ("mean", "+/- 95% CI") else "left")
@@ -111,6 +148,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     "rounds": r.round_log} for r in results]
         args.json.write_text(json.dumps(payload, indent=1))
         console.print(f"results written to {args.json}")
+    if out is not None:
+        from market.report import write_report
+
+        report = write_report([r.transcript for r in results if r.transcript is not None], out / "report.html")
+        print(f"transcripts: {out}/<seed>.jsonl ({len(results)} file(s)); "
+              f"verify with: gpumarket replay {out}")
+        print(f"report: {Path(report).resolve().as_uri()}")
     return 0
 
 
@@ -152,11 +196,48 @@ def _cmd_agents(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from market.replay import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from market.report import write_report
+    from market.transcript import TranscriptError
+
+    first = args.paths[0]
+    out = args.output or ((first if first.is_dir() else first.parent) / "report.html")
+    try:
+        path = write_report(args.paths, out)
+    except (FileNotFoundError, TranscriptError) as exc:
+        print(f"gpumarket report: {exc}", file=sys.stderr)
+        return 2
+    print(f"report written to {path.resolve().as_uri()}")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from market.transcript import TranscriptError
+    from market.viewer import render_transcript
+
+    try:
+        render_transcript(args.path, Console(), round=args.round, steps=not args.no_steps)
+    except (TranscriptError, ValueError) as exc:
+        print(f"gpumarket show: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from scenarios import ScenarioError
 
     args = _parser().parse_args(argv)
-    handler = {"run": _cmd_run, "bench": _cmd_bench, "validate": _cmd_validate, "agents": _cmd_agents}[args.command]
+    handler = {"run": _cmd_run, "bench": _cmd_bench, "validate": _cmd_validate, "agents": _cmd_agents,
+               "replay": _cmd_replay,
+               "report": _cmd_report, "show": _cmd_show}[args.command]
     try:
         return handler(args)
     except ScenarioError as exc:

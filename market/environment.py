@@ -14,6 +14,7 @@ dead-agent convention (step them with ``None``).
 
 from __future__ import annotations
 
+import hashlib
 import string
 from collections import defaultdict
 from pathlib import Path
@@ -46,6 +47,7 @@ from market.actions import (
     parse_action,
 )
 from market.collusion import SUSPECTED, InteractionGraph
+from market.judge import JudgeHistory, make_judge, with_claims
 from market.ledger import ActionError
 from market.mechanisms import Mechanism
 from market.observations import (
@@ -156,6 +158,9 @@ class raw_env(AECEnv):
         self.book = negotiation.Book()
         self.coalitions = coal.CoalitionBook()
         self.graph = InteractionGraph(sc.n_seats)
+        if getattr(self, "_judge_spec", None) != sc.judge:  # keep an LLM judge's cache across resets
+            self.judge, self._judge_spec = make_judge(sc.judge), sc.judge
+        self.judge_history = JudgeHistory()
         self.mechanism: Mechanism = sc.mechanism
         self._mech_views: dict[bool, tuple[Mechanism, MechanismView]] = {}
         self._obs_cache: dict[str, tuple[tuple[int, str, bool], Observation]] = {}
@@ -412,7 +417,7 @@ class raw_env(AECEnv):
                     self.graph.record_private_message(me, other, now)
                 return {"delivered_to": "all" if msg.recipients is None else [f"bidder_{i}" for i in msg.recipients]}
             case MakePitch():
-                negotiation.handle_pitch(world, self.book, me, act, now)
+                self.book.pitches[me] = with_claims(negotiation.handle_pitch(world, self.book, me, act, now), act)
                 return {"pitched": act.blocks_requested}
             case CounterPitch():
                 negotiation.handle_counter_pitch(world, self.book, me, act)
@@ -477,7 +482,7 @@ class raw_env(AECEnv):
         # only posted_price draws a lottery; skip building its generator otherwise
         lottery = self.streams.stream("clearing", now, 1) if self.mechanism.auction_type == "posted_price" else _NO_LOTTERY
         result = clear_round(world, self.book, self.coalitions, self.graph, entries, self.mechanism, now,
-                             priority, lottery)
+                             priority, lottery, self.judge, self.judge_history)
         for lab, paid in result.paid.items():
             self._lab_reward(lab, "auction_payments", -paid)
         for lab, penalty in result.shill.items():
@@ -585,7 +590,7 @@ class raw_env(AECEnv):
             "bids": {(f"bidder_{e.lab}" if e.coalition_id is None else e.coalition_id): e.bids for e in result.bids},
             "won": {f"bidder_{k}": v for k, v in sorted(result.won.items())},
             "paid": {f"bidder_{k}": v for k, v in sorted(result.paid.items())},
-            "judge": [{"lab": f"bidder_{v.lab}", "score": v.score, "granted": v.granted, "rationale": v.rationale, "judge": v.judge} for v in result.verdicts],
+            "judge": [v.to_log() for v in result.verdicts],
             "shill_penalties": {f"bidder_{k}": v for k, v in result.shill.items()},
             "collusion_penalties": {f"bidder_{k}": v for k, v in result.collusion.items()},
             "suspected_cartels": [{"members": [f"bidder_{m}" for m in ms], "score": s} for ms, s in result.suspected],
@@ -765,6 +770,54 @@ class raw_env(AECEnv):
         w = self.world
         total = sum(lab.budget for lab in w.labs) + w.operator_credits + self.coalitions.escrow()
         return total - self._initial_credits - w.external_credits
+
+    def state_digest(self) -> str:
+        """SHA-256 (hex) of the market state, for transcripts and replay (floats by exact repr).
+
+        Covers round/phase/turn, mechanism, budgets, reputations, holdings, job progress/status,
+        offers, contracts, pitches, coalitions, this round's bids and plans, id counters, the message
+        count and the latest message, operator credits and seat terminations. The market part is
+        hashed once per state version (it changes only when ``_version`` does, as the observation
+        cache also assumes), so a step costs a few microseconds; the RNG state and interaction
+        graph count only through their effects.
+        """
+        cached = getattr(self, "_digest_cache", None)
+        if cached is not None and cached[0] is self.world and cached[1] == self._version:
+            market = cached[2]
+        else:
+            market = self._market_digest()
+            self._digest_cache = (self.world, self._version, market)
+        turn = (market, self.round, self.phase, self._turn, self.agent_selection, len(self.results),
+                sorted(self.terminations.items()), sorted(self.truncations.items()))
+        return hashlib.sha256(repr(turn).encode()).hexdigest()
+
+    def _market_digest(self) -> bytes:
+        w, book = self.world, self.book
+        h = hashlib.sha256()
+        h.update(repr((w.operator_credits, w.external_credits, self.mechanism.model_dump_json())).encode())
+        h.update(w.holdings.tobytes())
+        h.update(w.capacity.tobytes())
+        h.update(w.reliability.tobytes())
+        h.update(self._potential.tobytes())
+        for lab in w.labs:
+            h.update(repr((lab.budget, lab.reputation, lab.active, lab.entered, lab.exit_round,
+                           [(j.job_id, j.progress, j.status, j.realized) for j in lab.jobs])).encode())
+        h.update(repr([(o.offer_id, o.sender, o.recipient, o.side, o.blocks, o.price, o.delivery_round,
+                        o.expires_round, o.status) for o in book.offers.values()]).encode())
+        h.update(repr([(c.contract_id, c.seller, c.buyer, c.blocks, c.price, c.delivery_round, c.delivered)
+                       for c in book.contracts]).encode())
+        last_message = book.messages[-1] if book.messages else None
+        h.update(repr((book.next_offer, book.next_contract, self.coalitions.next_id, len(book.messages),
+                       last_message and (last_message.sender, last_message.recipients, last_message.text),
+                       [(p.lab, p.text, p.blocks_requested, p.job_id, p.counters)
+                        for p in book.pitches.values()])).encode())
+        h.update(repr([(c.coalition_id, c.leader, c.members, sorted(c.invited), c.status, c.term_end,
+                        sorted(c.balances.items()), sorted(c.contributed.items()))
+                       for c in self.coalitions.coalitions.values()]).encode())
+        h.update(repr((sorted((k, e.bids) for k, e in self._bids.items()),
+                       sorted((k, e.lab, e.bids) for k, e in self._coalition_bids.items()),
+                       sorted((k, sorted(v.items())) for k, v in self._plans.items()))).encode())
+        return h.digest()
 
 
 def env(scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: Any) -> AECEnv:

@@ -21,6 +21,7 @@ from agents.backends.base import RequestLimiter
 from agents.registry import make_agent
 from market.actions import ActionModel, Bid, Wait
 from market.environment import DESIGNER, raw_env
+from market.transcript import EpisodeRecorder
 from scenarios import load_scenario
 from scenarios.schema import Scenario
 
@@ -39,6 +40,7 @@ class EpisodeResult:
     agent_errors: dict[str, int] = field(default_factory=dict)
     last_agent_error: dict[str, str] = field(default_factory=dict)
     agent_stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    transcript: str | None = None  # the transcript file written for this episode, if any
 
     @property
     def welfare_ratio(self) -> float:
@@ -133,16 +135,47 @@ class _Tally:
         )
 
 
+def transcript_path(transcript: str | Path, seed: int) -> Path:
+    """Where an episode's transcript goes: ``transcript`` itself if it names a ``.jsonl`` file,
+    else ``<transcript>/<seed>.jsonl`` (a directory)."""
+    path = Path(transcript)
+    return path if path.suffix == ".jsonl" else path / f"{seed}.jsonl"
+
+
+def _recorder(transcript: str | Path | None, env: raw_env, seed: int, specs: dict[str, Any],
+              agents: dict[str, Any], digest_every: int) -> EpisodeRecorder | None:
+    if transcript is None:
+        return None
+    path = transcript_path(transcript, seed)
+    return EpisodeRecorder(path, env, seed, specs, agents, digest_every)
+
+
+def _finish(recorder: EpisodeRecorder | None, result: EpisodeResult) -> EpisodeResult:
+    if recorder is not None:
+        recorder.finish(result)
+        result.transcript = str(recorder.path)
+    return result
+
+
 def run_episode(
     scenario: str | Path | Scenario = "market_round",
     seed: int = 0,
     seats: Mapping[str, Any] | None = None,
     env: raw_env | None = None,
+    *,
+    transcript: str | Path | None = None,
+    digest_every: int = 1,
 ) -> EpisodeResult:
     """Play one episode. ``seats`` maps seat -> spec string, agent object or agent factory.
 
     An exception inside an agent never stops the episode: it is counted for the seat
     (``agent_errors``) and the seat plays :func:`fallback_action` for that turn.
+
+    ``transcript``: record the episode (see :mod:`market.transcript`) to this ``.jsonl`` file, or
+    to ``<dir>/<seed>.jsonl`` when it is a directory; every event is flushed as it happens, and a
+    run that raises or is interrupted still ends the file with an ``aborted`` footer.
+    ``digest_every``: record the observation and state digests every N steps (the state digest
+    also at every round end); 1 records them at every step.
     """
     env = env if env is not None else raw_env(scenario)
     sc = env.scenario
@@ -152,20 +185,34 @@ def run_episode(
     for seat, agent in agents.items():
         agent.reset(env.seat_seed(seat))
     tally = _Tally()
-    for seat in env.agent_iter():
-        obs, reward, terminated, truncated, info = env.last()
-        tally.observe(seat, reward, info)
-        if terminated or truncated:
-            action = None
-        else:
-            try:
-                action = agents[seat].act(obs)
-            except Exception as exc:  # an agent bug must not take the episode down
-                tally.agent_failed(seat, exc)
-                action = fallback_action(obs)
-        env.step(action)
-        tally.steps += 1
-    return tally.result(sc, seed, specs, agents, start, env)
+    rec = _recorder(transcript, env, seed, specs, agents, digest_every)
+    try:
+        for seat in env.agent_iter():
+            obs, reward, terminated, truncated, info = env.last()
+            tally.observe(seat, reward, info)
+            error = latency = None
+            if terminated or truncated:
+                action = None
+            else:
+                began = time.perf_counter()
+                try:
+                    action = agents[seat].act(obs)
+                except Exception as exc:  # an agent bug must not take the episode down
+                    tally.agent_failed(seat, exc)
+                    error = tally.last_agent_error[seat]
+                    action = fallback_action(obs)
+                latency = time.perf_counter() - began
+            if rec is not None:
+                rec.before_step(seat, obs, action, not (terminated or truncated), latency, error)
+            env.step(action)
+            tally.steps += 1
+            if rec is not None:
+                rec.after_step()
+    except BaseException as exc:  # includes KeyboardInterrupt: mark the file aborted, re-raise
+        if rec is not None:
+            rec.finish(error=exc)
+        raise
+    return _finish(rec, tally.result(sc, seed, specs, agents, start, env))
 
 
 async def arun_episode(
@@ -175,11 +222,15 @@ async def arun_episode(
     *,
     limiter: RequestLimiter | None = None,
     agent_timeout: float | None = 120.0,
+    transcript: str | Path | None = None,
+    digest_every: int = 1,
 ) -> EpisodeResult:
     """Play one episode with ``aact``, so many episodes with LLM seats can run concurrently.
 
     Every agent gets ``limiter`` (one shared bound on model requests in flight); an agent that
     raises or exceeds ``agent_timeout`` seconds is counted and plays the fallback action.
+    ``transcript`` and ``digest_every`` as in :func:`run_episode` (a cancelled task leaves an
+    ``aborted`` footer).
     """
     env = raw_env(scenario)
     sc = env.scenario
@@ -192,20 +243,34 @@ async def arun_episode(
     for seat, agent in agents.items():
         agent.reset(env.seat_seed(seat))
     tally = _Tally()
-    for seat in env.agent_iter():
-        obs, reward, terminated, truncated, info = env.last()
-        tally.observe(seat, reward, info)
-        if terminated or truncated:
-            action = None
-        else:
-            try:
-                action = await asyncio.wait_for(agents[seat].aact(obs), agent_timeout)
-            except Exception as exc:  # includes TimeoutError
-                tally.agent_failed(seat, exc)
-                action = fallback_action(obs)
-        env.step(action)
-        tally.steps += 1
-    return tally.result(sc, seed, specs, agents, start, env)
+    rec = _recorder(transcript, env, seed, specs, agents, digest_every)
+    try:
+        for seat in env.agent_iter():
+            obs, reward, terminated, truncated, info = env.last()
+            tally.observe(seat, reward, info)
+            error = latency = None
+            if terminated or truncated:
+                action = None
+            else:
+                began = time.perf_counter()
+                try:
+                    action = await asyncio.wait_for(agents[seat].aact(obs), agent_timeout)
+                except Exception as exc:  # includes TimeoutError
+                    tally.agent_failed(seat, exc)
+                    error = tally.last_agent_error[seat]
+                    action = fallback_action(obs)
+                latency = time.perf_counter() - began
+            if rec is not None:
+                rec.before_step(seat, obs, action, not (terminated or truncated), latency, error)
+            env.step(action)
+            tally.steps += 1
+            if rec is not None:
+                rec.after_step()
+    except BaseException as exc:  # includes CancelledError and KeyboardInterrupt
+        if rec is not None:
+            rec.finish(error=exc)
+        raise
+    return _finish(rec, tally.result(sc, seed, specs, agents, start, env))
 
 
 def run_concurrent(
@@ -215,12 +280,15 @@ def run_concurrent(
     *,
     max_in_flight: int = 8,
     agent_timeout: float | None = 120.0,
+    transcript: str | Path | None = None,
 ) -> list[EpisodeResult]:
     """Episodes over ``seeds`` as concurrent asyncio tasks under one request limit.
 
     ``seats`` values must be spec strings or zero-argument factories (each episode needs its own
-    agents); results come back in seed order.
+    agents); results come back in seed order. ``transcript``: a directory; each episode is
+    recorded to ``<transcript>/<seed>.jsonl``.
     """
+    _check_transcript_dir(transcript)
     for seat, spec in (seats or {}).items():
         if not isinstance(spec, str) and not _is_factory(spec):
             raise ValueError(f"seat {seat}: pass a spec string or a factory, not an agent object, "
@@ -229,23 +297,38 @@ def run_concurrent(
     limiter = RequestLimiter(max_in_flight)
 
     async def main() -> list[EpisodeResult]:
-        tasks = [arun_episode(sc, seed, seats, limiter=limiter, agent_timeout=agent_timeout) for seed in seeds]
+        tasks = [arun_episode(sc, seed, seats, limiter=limiter, agent_timeout=agent_timeout,
+                              transcript=transcript) for seed in seeds]
         return list(await asyncio.gather(*tasks))
 
     return asyncio.run(main())
 
 
-def _run_one(args: tuple[Any, int, dict[str, Any]]) -> EpisodeResult:
-    scenario, seed, seats = args
-    return run_episode(scenario, seed, seats)
+def _check_transcript_dir(transcript: str | Path | None) -> None:
+    if transcript is not None and Path(transcript).suffix == ".jsonl":
+        raise ValueError(f"transcript={str(transcript)!r}: several episodes are recorded one file "
+                         "per seed; pass a directory (each episode goes to <dir>/<seed>.jsonl)")
+
+
+def _run_one(args: tuple[Any, ...]) -> EpisodeResult:
+    scenario, seed, seats, *rest = args
+    transcript, digest_every = rest if rest else (None, 1)
+    return run_episode(scenario, seed, seats, transcript=transcript, digest_every=digest_every)
 
 
 def run_many(
-    scenario: str | Path | Scenario, seeds: Iterable[int], seats: Mapping[str, str] | None = None, workers: int = 1
+    scenario: str | Path | Scenario, seeds: Iterable[int], seats: Mapping[str, str] | None = None, workers: int = 1,
+    *,
+    transcript: str | Path | None = None,
+    digest_every: int = 1,
 ) -> list[EpisodeResult]:
-    """Episodes over ``seeds``; ``workers > 1`` runs them in a local process pool."""
+    """Episodes over ``seeds``; ``workers > 1`` runs them in a local process pool.
+
+    ``transcript``: a directory; each episode is recorded to ``<transcript>/<seed>.jsonl``.
+    """
+    _check_transcript_dir(transcript)
     sc = load_scenario(scenario)
-    jobs = [(sc, seed, dict(seats or {})) for seed in seeds]
+    jobs = [(sc, seed, dict(seats or {}), transcript, digest_every) for seed in seeds]
     if workers <= 1 or len(jobs) <= 1:
         return [_run_one(job) for job in jobs]
     with ProcessPoolExecutor(max_workers=workers) as pool:

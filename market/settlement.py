@@ -3,7 +3,8 @@
 Order (DESIGN.md section 4, step 4):
 1. The effective reserve is the mechanism's reserve or the energy floor, whichever is higher.
 2. ``floor(capacity x judge_pool_share)`` blocks go to the judge pool; grants are free. Blocks the
-   judge does not grant return to the auction.
+   judge does not grant return to the auction. A pitch with a false claim loses the lab
+   ``FALSE_CLAIM_REPUTATION_LOSS`` reputation (see ``market.judge``).
 3. The auction clears the rest over lab and coalition bid schedules.
 4. Labs pay; coalition payments come out of the pool; coalition blocks are split.
 5. Shill bids (unit bids beyond a lab's true need that set the price or win blocks it cannot use)
@@ -20,7 +21,13 @@ import numpy as np
 from market.coalitions import CoalitionBook, charge_pool, split_blocks
 from market.collusion import InteractionGraph, detect_cartels, flagged_labs
 from market.execution import runnable
-from market.judge import Verdict, allocate_judge_pool
+from market.judge import (
+    FALSE_CLAIM_REPUTATION_LOSS,
+    Judge,
+    JudgeHistory,
+    Verdict,
+    allocate_judge_pool,
+)
 from market.ledger import pay_operator
 from market.mechanisms import Mechanism, clear
 from market.negotiation import Book
@@ -83,6 +90,8 @@ def clear_round(
     now: int,
     priority: np.ndarray,
     lottery_rng: np.random.Generator,
+    judge: Judge | None = None,
+    judge_history: JudgeHistory | None = None,
 ) -> RoundResult:
     reserve = max(mechanism.reserve_price, float(world.energy_floor[now]))
     capacity = int(world.capacity[now])
@@ -90,10 +99,14 @@ def clear_round(
     verdicts: list[Verdict] = []
     granted = 0
     if pool > 0 and book.pitches:
-        verdicts = allocate_judge_pool(book.pitches, world.labs, pool, now, float(world.reliability[now]))
+        verdicts = allocate_judge_pool(book.pitches, world.labs, pool, now, float(world.reliability[now]),
+                                       judge, judge_history)
         for v in verdicts:
             world.holdings[v.lab, now] += v.granted
             granted += v.granted
+            if v.false_claims:  # a false claim to the committee costs reputation
+                lab = world.labs[v.lab]
+                lab.reputation = max(0.0, lab.reputation - FALSE_CLAIM_REPUTATION_LOSS)
     needs = {e.lab: true_need(world, e.lab, now) for e in entries if e.coalition_id is None}
     # a member may have left after the leader bid: a coalition bids only what its pool can pay
     entries = [e if e.coalition_id is None else BidEntry(e.lab, _affordable(e.bids, coalitions.coalitions[e.coalition_id].pool), e.coalition_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from market.mechanisms import Mechanism
 
@@ -145,6 +145,19 @@ class Scenario(_Strict):
     shock_rates: ShockRates = ShockRates()
     rewards: RewardSpec = RewardSpec()
     agents: AgentsSpec = AgentsSpec()
+    judge: str = Field("rule", description=(
+        "The judge pool's judge: 'rule' (the versioned rubric) or "
+        "'llm:openai?model=NAME&base_url=URL' (an OpenAI-compatible model with the rubric and a "
+        "rule-judge fallback; optional cache=PATH, retries=N)."))
+
+    @field_validator("judge")
+    @classmethod
+    def _judge_spec(cls, value: str) -> str:
+        value = value.strip()
+        if value != "rule" and not value.startswith("llm:openai?"):
+            raise ValueError(
+                f"judge must be 'rule' or 'llm:openai?model=NAME&base_url=URL', got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _shocks_fit(self) -> Scenario:
