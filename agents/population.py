@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from agents.base import BaseAgent
-from agents.scripted import WAIT, affordable, marginal_values
+from agents.scripted import MAX_INVITEES, WAIT, affordable, marginal_values
 from market.actions import (
     AcceptOffer,
     ActionModel,
@@ -1024,7 +1024,7 @@ class RuleExpert(StatefulAgent):
             return None
         self.club_job[obs.round] = short.job.job_id
         return FormCoalition(
-            members=others,
+            members=others[:MAX_INVITEES],
             purpose=f"{self.PURPOSE}: blocks at {price:.2f} each",
             contribution=idle,
             split="proportional",

@@ -29,6 +29,10 @@ from market.mechanisms import AUCTION_TYPES, COALITION_POLICIES
 from market.observations import Observation
 
 WAIT = Wait()
+# the most seats one form_coalition may invite (FormCoalition.members)
+MAX_INVITEES: int = next(
+    m.max_length for m in FormCoalition.model_fields["members"].metadata if hasattr(m, "max_length")
+)
 
 
 def marginal_values(obs: Observation) -> list[float]:
@@ -110,7 +114,7 @@ class RandomValidBidder(BaseAgent):
                 return RejectOffer(offer_id=offer.offer_id)
             return CounterOffer(offer_id=offer.offer_id, blocks=offer.blocks, price=round(offer.price * float(rng.uniform(0.5, 1.5)), 2))
         if kind == "form_coalition" and others:
-            k = int(rng.integers(1, len(others) + 1))
+            k = int(rng.integers(1, min(len(others), MAX_INVITEES) + 1))
             members = [str(m) for m in rng.choice(others, size=k, replace=False)]
             return FormCoalition(members=members, purpose="pool budget", contribution=round(float(rng.uniform(0, budget / 4)), 2))
         invitations = [c for c in obs.coalitions or () if obs.seat in c.invited]
@@ -191,7 +195,8 @@ class CoalitionSpammer(_Spammer):
 
     def talk(self, obs: Observation) -> ActionModel:
         others = [s for s in obs.active_labs if s != obs.seat]
-        return FormCoalition(members=others, purpose="synergy alignment partnership") if others else WAIT
+        invited = others[:MAX_INVITEES]
+        return FormCoalition(members=invited, purpose="synergy alignment partnership") if others else WAIT
 
 
 class PitchSpammer(_Spammer):

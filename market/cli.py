@@ -1,6 +1,8 @@
 """The ``gpumarket`` command line.
 
-Exit codes: 0 success, 1 a run failed, 2 bad usage or input (unknown scenario, bad seat spec).
+Exit codes: 0 success, 1 a run failed (e.g. an episode raised), 2 bad usage or input (unknown
+scenario, bad scenario key or value, bad seat spec, an output folder of another run), 130
+interrupted (Ctrl-C; finished episodes are kept and a rerun resumes).
 """
 
 from __future__ import annotations
@@ -12,13 +14,21 @@ import sys
 from pathlib import Path
 
 EXAMPLES = {
-    "run": "gpumarket run market_round --seeds 0:8 --seat bidder_2=truthful",
+    "run": "gpumarket run market_round --seeds 0:20 --seat bidder_0=rule_expert --out runs\n"
+           "  (writes runs/market_round/; rerun the same command to resume, --fresh to start over)",
+    "eval": "gpumarket eval --agents rule_expert,truthful,random_valid "
+            "--scenarios single_trade,market_round --seat bidder_0 --seeds 0:20 --out runs/eval\n"
+            "         gpumarket eval --mechanisms --scenario mechanism_stage_4 --seeds 0:30",
     "bench": "gpumarket bench --seconds 2",
     "validate": "gpumarket validate my_scenario.toml",
     "agents": "gpumarket agents",
     "report": "gpumarket report runs/market_round/ -o report.html",
-    "show": "gpumarket show runs/market_round/0.jsonl --round 2",
-    "replay": "gpumarket replay runs/market_round/0.jsonl   (or a directory: runs/market_round)",
+    "show": "gpumarket show runs/market_round/transcripts/0.jsonl --round 2",
+    "replay": "gpumarket replay runs/market_round/transcripts/0.jsonl   (or a folder: "
+              "runs/market_round)",
+    "tournament": "gpumarket tournament --bidders rule_expert,truthful,random_valid "
+                  "--designers fixed,rule_designer --scenario market_round --seeds 0:10 "
+                  "--out runs/tournament\n  (rerun the same command to resume an interrupted run)",
 }
 
 
@@ -37,6 +47,18 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def one_line(exc: BaseException) -> str:
+    """A multi-line scenario error as one line: 'SOURCE: key 'k': problem; key 'j': problem'."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else type(exc).__name__
+    head = lines[0].rstrip(":")
+    source, _, count = head.rpartition(": ")
+    if source and count.endswith("problem(s)"):
+        head = source if count.startswith("1 ") else f"{source}: {count.replace('(s)', 's')}"
+    return f"{head}: " + "; ".join(line.removeprefix("- ") for line in lines[1:])
+
+
 def parse_seat(text: str) -> tuple[str, str]:
     seat, sep, spec = text.partition("=")
     if not sep or not seat or not spec:
@@ -52,15 +74,59 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_, description=help_, epilog=f"example: {EXAMPLES[name]}",
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
-    run = add("run", "Run a scenario over seeds and print mean +/- 95% CI of each seat's reward components.")
+    run = add("run", "Run a scenario over seeds in parallel and print mean +/- 95% CI of each "
+                     "seat's reward components. Every finished episode is kept in "
+                     "OUT/SCENARIO/results.jsonl (one row per episode and seat) with its transcript "
+                     "in OUT/SCENARIO/transcripts/; rerunning skips the episodes already there.")
     run.add_argument("scenario", nargs="?", default="market_round", help="built-in name or TOML path (default: market_round)")
     run.add_argument("--seeds", type=parse_seeds, default=list(range(8)), help="START:STOP or a comma list (default 0:8)")
     run.add_argument("--seat", type=parse_seat, action="append", default=[], metavar="SEAT=AGENT", help="fill a seat, e.g. bidder_0=random_valid (repeatable)")
-    run.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="worker processes (default: CPU count, at most 4)")
+    run.add_argument("--workers", type=int, default=None,
+                     help="worker processes (default: every CPU core; 1 runs in this process)")
     run.add_argument("--json", type=Path, help="also write the per-episode results as JSON to this file")
     run.add_argument("--out", type=Path, default=Path("runs"),
-                     help="transcripts go to OUT/<scenario>/<seed>.jsonl (default: runs)")
+                     help="the run goes to the folder OUT/<scenario> (default: runs)")
     run.add_argument("--no-transcripts", action="store_true", help="do not record transcripts")
+    run.add_argument("--fresh", action="store_true",
+                     help="discard what OUT/<scenario> holds and start over (default: resume)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    ev = add("eval", "Evaluate agents in one seat across scenarios: a table of the seat's mean "
+                     "return +/- 95% CI per agent x scenario (other seats keep each scenario's "
+                     "agents), printed and written to OUT/eval.csv and OUT/eval.md. With "
+                     "--mechanisms: compare mechanisms on one scenario (welfare ratio, revenue, "
+                     "fairness, participation, stability, designer composite) and each bidder "
+                     "type's gain from deviating to its best alternative built-in strategy; "
+                     "written to OUT/mechanisms.{csv,md,html}. Resumable like run.")
+    ev.add_argument("--agents", default="rule_expert,truthful,no_negotiation,greedy_hoarder,"
+                                        "always_accept,random_valid", metavar="A,B,...",
+                    help="agent specs for the seat, comma-separated (default: rule_expert and the "
+                         "GPU-arena baselines)")
+    ev.add_argument("--scenarios", default="single_trade,market_round,coalition_market",
+                    metavar="S1,S2,...",
+                    help="built-in names or TOML paths (default: the three GPU-arena tasks)")
+    ev.add_argument("--seat", default="bidder_0", help="the seat the agents take (default: bidder_0)")
+    ev.add_argument("--seeds", type=parse_seeds, default=list(range(20)),
+                    help="START:STOP or a comma list (default 0:20)")
+    ev.add_argument("--out", type=Path, default=None,
+                    help="output folder (default: runs/eval, or runs/mechanisms/SCENARIO)")
+    ev.add_argument("--workers", type=int, default=None,
+                    help="worker processes (default: every CPU core)")
+    ev.add_argument("--transcripts", action="store_true", help="also record transcripts")
+    ev.add_argument("--fresh", action="store_true", help="discard earlier results in OUT first")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ev.add_argument("--mechanisms", action="store_true",
+                    help="compare mechanisms on --scenario instead of agents")
+    ev.add_argument("--scenario", default="mechanism_stage_4",
+                    help="with --mechanisms: the scenario (default: mechanism_stage_4)")
+    ev.add_argument("--candidates", default="", metavar="M1,M2,...",
+                    help="with --mechanisms: which mechanisms (default: robust, first_price, vcg, "
+                         "fair_share, posted_price, random)")
+    ev.add_argument("--alternatives", default="", metavar="A,B,...",
+                    help="with --mechanisms: strategies a bidder type may deviate to (default: "
+                         "every built-in bidder but the spammers)")
+    ev.add_argument("--no-deviations", action="store_true",
+                    help="with --mechanisms: skip the deviation (incentive) check")
 
     bench = add("bench", "Measure AEC steps/s per built-in scenario and clearing time of a 1,000-bidder, 10,000-block market.")
     bench.add_argument("--seconds", type=float, default=2.0, help="time per scenario (default 2)")
@@ -101,6 +167,29 @@ def _parser() -> argparse.ArgumentParser:
                         help="replay even if the digest chain shows the file was edited")
     replay.add_argument("--rounds", action="store_true",
                         help="print a table of the replayed rounds")
+
+    tour = add("tournament", "Rate bidders against each other (rotating through the bidder "
+                             "seats) and designers against bidder populations, with OpenSkill "
+                             "ratings, win rates and mean returns with confidence intervals. "
+                             "Resumable: finished matches are kept in OUT/matches.jsonl.")
+    tour.add_argument("--bidders", default="", metavar="A,B,...",
+                      help="bidder agent specs, comma-separated (at least two)")
+    tour.add_argument("--designers", default="", metavar="X,Y,...",
+                      help="designer agent specs, comma-separated (at least two)")
+    tour.add_argument("--scenario", default="market_round",
+                      help="built-in name or TOML path (default: market_round)")
+    tour.add_argument("--seeds", default="0:10", help="START:STOP or a comma list (default 0:10)")
+    tour.add_argument("--out", type=Path, default=None,
+                      help="output folder (default: runs/tournament/SCENARIO)")
+    tour.add_argument("--workers", default=str(min(4, os.cpu_count() or 1)),
+                      help="worker processes (default: CPU count, at most 4)")
+    tour.add_argument("--house-designer", default=None, metavar="SPEC",
+                      help="designer seat in bidder matches (default: the scenario's designer)")
+    tour.add_argument("--population", action="append", default=[], metavar="NAME=A,B,...",
+                      help="a bidder population designers face (repeatable; default: the "
+                           "scenario's own bidders and a mixed population)")
+    tour.add_argument("--max-matches", default=None, metavar="N",
+                      help="stop after N new matches (rerun to continue)")
     return parser
 
 
@@ -108,54 +197,161 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from agents.registry import AgentSpecError, make_agent
-    from market.rollout import resolve_seats, run_many, summarise
+    from market.rollout import mean_ci95
+    from market.runner import RunConfigError, RunInterrupted, run_scenario, summarise_rows
     from scenarios import load_scenario
 
     scenario = load_scenario(args.scenario)
-    seats = dict(args.seat)
+    if args.workers is not None and args.workers < 1:
+        print(f"gpumarket run: --workers {args.workers}: give at least 1", file=sys.stderr)
+        return 2
+    out = args.out / scenario.name
     try:
-        resolved = resolve_seats(scenario, seats)
-        for seat, spec in resolved.items():
-            make_agent(spec, "designer" if seat.startswith("designer") else "bidder")
-    except (AgentSpecError, ValueError) as exc:
+        summary = run_scenario(scenario, args.seeds, dict(args.seat), out, workers=args.workers,
+                               transcripts=not args.no_transcripts,
+                               progress=not args.no_progress, fresh=args.fresh)
+    except RunConfigError as exc:
         print(f"gpumarket run: {exc}", file=sys.stderr)
         return 2
+    except RunInterrupted as exc:
+        print(exc, file=sys.stderr)
+        return 130
     console = Console()
-    out = None if args.no_transcripts else args.out / scenario.name
-    with console.status(f"running {scenario.name} over {len(args.seeds)} seed(s) with {args.workers} worker(s)..."):
-        results = run_many(scenario, args.seeds, seats, workers=args.workers, transcript=out)
-    table = Table(title=f"{scenario.name}: {len(results)} episode(s), seeds {args.seeds[0]}..{args.seeds[-1]} (mean +/- 95% CI)")
+    if summary.skipped:
+        print(f"resumed {out}: {len(summary.skipped)} episode(s) were already complete, "
+              f"{len(summary.played)} played now")
+    rows = summary.rows
+    n = len(summary.episodes)
+    table = Table(title=f"{scenario.name}: {n} episode(s), seeds {args.seeds[0]}..{args.seeds[-1]} (mean +/- 95% CI)")
     for col in ("seat", "agent", "component", "mean", "+/- 95% CI"):
         table.add_column(col, justify="right" if col in ("mean", "+/- 95% CI") else "left")
     last_seat = None
-    for row in summarise(results):
+    for row in summarise_rows(rows):
         if last_seat is not None and row["seat"] != last_seat:
             table.add_section()
         last_seat = row["seat"]
         style = "bold" if row["component"] == "return" else None
         table.add_row(row["seat"], row["agent"], row["component"], f"{row['mean']:.4f}", f"{row['ci95']:.4f}", style=style)
     console.print(table)
-    welfare = [r.welfare_ratio for r in results]
-    from market.rollout import mean_ci95
-
-    mean, half = mean_ci95(welfare)
+    mean, half = mean_ci95(list(summary.episode("welfare_ratio").values()))
     console.print(f"welfare ratio (realised / optimal, per round): {mean:.3f} +/- {half:.3f}; "
-                  f"steps: {sum(r.steps for r in results)}")
+                  f"steps: {sum(summary.episode('steps').values())}")
     if args.json:
-        payload = [{"scenario": r.scenario, "seed": r.seed, "seats": r.seats, "returns": r.returns,
-                    "components": r.components, "invalid_actions": r.invalid_actions, "steps": r.steps,
-                    "rounds": r.round_log} for r in results]
+        by_seed: dict[int, list] = {}
+        for row in rows:
+            by_seed.setdefault(row["seed"], []).append(row)
+        payload = [{"scenario": scenario.name, "seed": seed,
+                    "seats": {r["seat"]: r["agent"] for r in seat_rows},
+                    "returns": {r["seat"]: r["return"] for r in seat_rows},
+                    "components": {r["seat"]: r["components"] for r in seat_rows},
+                    "invalid_actions": {r["seat"]: r["invalid_actions"] for r in seat_rows},
+                    "steps": seat_rows[0]["steps"], "rounds": summary.round_logs.get(seed, [])}
+                   for seed, seat_rows in by_seed.items()]
         args.json.write_text(json.dumps(payload, indent=1))
         console.print(f"results written to {args.json}")
-    if out is not None:
+    print(f"results: {out / 'results.jsonl'} ({len(rows)} row(s): one per episode and seat)")
+    transcripts = [out / "transcripts" / f"{s}.jsonl" for s in summary.episodes]
+    transcripts = [p for p in transcripts if p.is_file()]
+    if transcripts and not args.no_transcripts:
         from market.report import write_report
 
-        report = write_report([r.transcript for r in results if r.transcript is not None], out / "report.html")
-        print(f"transcripts: {out}/<seed>.jsonl ({len(results)} file(s)); "
+        report = write_report(transcripts, out / "report.html")
+        print(f"transcripts: {out / 'transcripts'}/<seed>.jsonl ({len(transcripts)} file(s)); "
               f"verify with: gpumarket replay {out}")
         print(f"report: {Path(report).resolve().as_uri()}")
-    return 0
+    for seed, error in sorted(summary.failed.items()):
+        print(f"gpumarket run: episode seed {seed} failed: {error}", file=sys.stderr)
+    return 1 if summary.failed else 0
+
+
+def _specs(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from market.runner import (
+        METRICS,
+        RunConfigError,
+        RunInterrupted,
+        evaluate,
+        evaluate_mechanisms,
+    )
+
+    if args.workers is not None and args.workers < 1:
+        print(f"gpumarket eval: --workers {args.workers}: give at least 1", file=sys.stderr)
+        return 2
+    console = Console()
+    try:
+        if args.mechanisms:
+            from scenarios import load_scenario
+
+            name = load_scenario(args.scenario).name
+            out = args.out or Path("runs") / "mechanisms" / name
+            report = evaluate_mechanisms(
+                args.scenario, args.seeds, out, args.workers,
+                candidates=_specs(args.candidates) or None,
+                alternatives=_specs(args.alternatives) or None,
+                deviations=not args.no_deviations, progress=not args.no_progress,
+                fresh=args.fresh)
+        else:
+            out = args.out or Path("runs") / "eval"
+            table = evaluate(_specs(args.agents), _specs(args.scenarios), args.seat, args.seeds,
+                             out, args.workers, transcripts=args.transcripts,
+                             progress=not args.no_progress, fresh=args.fresh)
+    except RunConfigError as exc:
+        print(f"gpumarket eval: {exc}", file=sys.stderr)
+        return 2
+    except RunInterrupted as exc:
+        print(exc, file=sys.stderr)
+        return 130
+    if args.mechanisms:
+        rich = Table(title=f"mechanisms on {report.scenario}: {len(report.seeds)} seed(s) "
+                           "(mean +/- 95% CI)")
+        for col in ("mechanism", *METRICS):
+            rich.add_column(col, justify="left" if col == "mechanism" else "right")
+        for row in report.table():
+            rich.add_row(row["mechanism"], *(
+                f"{row[k]:.1f}±{row[k + '_ci95']:.1f}" if k == "revenue"
+                else f"{row[k]:.3f}±{row[k + '_ci95']:.3f}" for k in METRICS))
+        console.print(rich)
+        types = sorted({d.bidder_type for devs in report.deviations.values() for d in devs})
+        if types:
+            gains = Table(title="gain from deviating to the best alternative strategy "
+                                "(paired, mean +/- 95% CI; > 0: a profitable deviation)")
+            gains.add_column("mechanism")
+            for kind in types:
+                gains.add_column(kind, justify="right")
+            for m in report.mechanisms:
+                devs = {d.bidder_type: d for d in report.deviations.get(m, [])}
+                cells = []
+                for kind in types:
+                    alt, gain, half = devs[kind].best if kind in devs else (None, 0.0, 0.0)
+                    cells.append("" if alt is None else f"{gain:+.3f}±{half:.3f} {alt}")
+                gains.add_row(m, *cells)
+            console.print(gains)
+        for note in report.notes:
+            console.print(f"note: {note}", markup=False, highlight=False)
+        print(f"tables: {out / 'mechanisms.md'}, {out / 'mechanisms.csv'}, "
+              f"{out / 'deviations.csv'}; plots: {(out / 'mechanisms.html').resolve().as_uri()}")
+        failed = report.failed
+    else:
+        rich = Table(title=f"{table.seat}: mean return +/- 95% CI over {len(table.seeds)} seed(s)"
+                           " (* best per scenario)")
+        rich.add_column("agent")
+        for scenario in table.scenarios:
+            rich.add_column(scenario, justify="right")
+        for line in table.grid():
+            rich.add_row(*(c.replace("±", "+/-") for c in line))
+        console.print(rich)
+        print(f"tables: {out / 'eval.md'}, {out / 'eval.csv'}")
+        failed = table.failed
+    for where, seeds in sorted(failed.items()):
+        for seed, error in sorted(seeds.items()):
+            print(f"gpumarket eval: {where}: episode seed {seed} failed: {error}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -231,17 +427,98 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tournament_config(args: argparse.Namespace) -> tuple[object, int, int | None]:
+    """The tournament configuration from the arguments; ValueError with one line if bad."""
+    from market.tournament import TournamentConfig
+
+    def specs(text: str) -> tuple[str, ...]:
+        return tuple(s.strip() for s in text.split(",") if s.strip())
+
+    def count(flag: str, text: str, least: int) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{flag} {text!r}: give a whole number") from None
+        if value < least:
+            raise ValueError(f"{flag} {text!r}: must be at least {least}")
+        return value
+
+    try:
+        seeds = parse_seeds(args.seeds)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(str(exc)) from None
+    populations = None
+    for item in args.population:
+        name, sep, members = item.partition("=")
+        if not sep or not name.strip() or not specs(members):
+            raise ValueError(f"--population {item!r}: write NAME=A,B,..., "
+                             "e.g. mixed=shader,colluder")
+        populations = populations or {}
+        if name.strip() in populations:
+            raise ValueError(f"--population {name.strip()!r} given twice")
+        populations[name.strip()] = specs(members)
+    config = TournamentConfig(args.scenario, specs(args.bidders), specs(args.designers), seeds,
+                              args.house_designer, populations)
+    workers = count("--workers", args.workers, 1)
+    limit = None if args.max_matches is None else count("--max-matches", args.max_matches, 0)
+    return config, workers, limit
+
+
+def _cmd_tournament(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from market.tournament import TournamentError, check_manifest, plan, rich_table, run_tournament
+    from scenarios import ScenarioError
+
+    try:
+        config, workers, limit = _tournament_config(args)
+        planned = plan(config)
+        out = args.out or Path("runs") / "tournament" / planned.scenario.name
+        check_manifest(out, planned.manifest())
+    except (TournamentError, ScenarioError, ValueError) as exc:
+        print(f"gpumarket tournament: {one_line(exc)}", file=sys.stderr)
+        return 2
+    console = Console()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("matches", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        try:
+            result = run_tournament(config, out, workers=workers, max_matches=limit,
+                                    progress=progress)
+        except (TournamentError, ScenarioError) as exc:
+            bar.stop()
+            print(f"gpumarket tournament: {one_line(exc)}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            bar.stop()
+            print(f"interrupted: finished matches are kept in {out}; rerun the same command to "
+                  "resume", file=sys.stderr)
+            return 130
+    console.print(rich_table(planned, result.rows, result.done))
+    state = "complete" if result.complete else "partial: rerun the same command to continue"
+    console.print(f"{result.played} match(es) played now; {result.done} of {result.total} in "
+                  f"{out} ({state}). Tables: {out / 'ratings.md'}, {out / 'ratings.csv'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from scenarios import ScenarioError
 
     args = _parser().parse_args(argv)
-    handler = {"run": _cmd_run, "bench": _cmd_bench, "validate": _cmd_validate, "agents": _cmd_agents,
+    handler = {"run": _cmd_run, "eval": _cmd_eval, "bench": _cmd_bench, "validate": _cmd_validate, "agents": _cmd_agents,
                "replay": _cmd_replay,
-               "report": _cmd_report, "show": _cmd_show}[args.command]
+               "report": _cmd_report, "show": _cmd_show,
+               "tournament": _cmd_tournament}[args.command]
     try:
         return handler(args)
     except ScenarioError as exc:
-        print(f"gpumarket {args.command}: {exc}", file=sys.stderr)
+        print(f"gpumarket {args.command}: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

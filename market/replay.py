@@ -547,6 +547,8 @@ def rejudge(source: Transcript | str | Path, spec: str, *, partial: bool = False
 def _replay_files(paths: list[Path]) -> list[Path]:
     files: list[Path] = []
     for p in paths:
+        if p.is_dir() and (p / "run.json").is_file() and (p / "transcripts").is_dir():
+            p = p / "transcripts"  # a run folder (market.runner): its transcripts
         if p.is_dir():
             files += sorted(p.glob("*.jsonl"), key=lambda f: (len(f.stem), f.stem))
         else:

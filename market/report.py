@@ -506,11 +506,14 @@ def episode_from(obj: Any, label: str | None = None) -> Episode:
 
 
 def transcript_paths(paths: str | Path | Iterable[str | Path]) -> list[Path]:
-    """Files named directly, and every ``*.jsonl`` in a named folder (sorted, not recursive)."""
+    """Files named directly, and every ``*.jsonl`` in a named folder (sorted, not recursive);
+    for a run folder of :mod:`market.runner` (``run.json``), those in its ``transcripts/``."""
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     out: list[Path] = []
     for item in items:
         p = Path(item)
+        if p.is_dir() and (p / "run.json").is_file() and (p / "transcripts").is_dir():
+            p = p / "transcripts"  # a run folder (market.runner): its transcripts
         if p.is_dir():
             out.extend(
                 sorted(
@@ -778,6 +781,8 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     while t <= hi + step * 0.5 and len(ticks) < 3 * n:
         ticks.append(round(t, 10))
         t += step
+    if ticks[-1] < hi and len(ticks) < 3 * n:  # the top tick must cover the data
+        ticks.append(round(ticks[-1] + step, 10))
     return ticks
 
 

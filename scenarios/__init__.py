@@ -40,7 +40,10 @@ def _read(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[st
                 f"{text_name!r} is neither a built-in scenario ({', '.join(builtin_names())}) "
                 "nor an existing TOML file"
             )
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScenarioError(f"{source}: cannot be read as UTF-8 text: {exc}") from None
     if text_name in seen:
         raise ScenarioError(f"{source}: 'extends' forms a cycle: {' -> '.join(seen + (text_name,))}")
     try:

@@ -1,16 +1,69 @@
 """Shared helpers for the env API, invariant and bad-input tests: a deep state digest and a
-seeded episode driver with scripted seats."""
+seeded episode driver with scripted seats.
+
+Also which built-in scenarios the per-scenario sweeps (tests parametrized over ``scenario``)
+cover by default: every built-in except
+
+* scale scenarios (more than ``SCALE_SEATS`` seats, e.g. ``large_market``): per-step checks over
+  hundreds of labs take minutes per test. ``tests/test_scenarios_builtin.py`` runs them and the
+  golden transcript replays them;
+* population variants: a built-in that ``extends`` another and changes only its ``[agents]``
+  (``mechanism_stage_1..4`` extend ``mechanism_stage_0``). It has the parent's world, and the
+  sweeps mostly pick their own seats, so it would repeat the parent's checks.
+
+``pytest --all-scenarios`` sweeps them too.
+"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import hashlib
+import tomllib
 from collections.abc import Callable
+from functools import cache
+from importlib import resources
 from typing import Any
 
+import pytest
+
 import market
+import scenarios
 from agents.registry import make_agent
+
+SCALE_SEATS = 50
+
+
+@cache
+def sweep_skip_reason(name: str) -> str | None:
+    """Why the per-scenario sweeps leave out built-in ``name`` by default (None: they cover it)."""
+    if name not in scenarios.builtin_names():
+        return None
+    if scenarios.load_scenario(name).n_seats > SCALE_SEATS:
+        return f"{name} is a scale scenario (run with --all-scenarios)"
+    text = resources.files("scenarios").joinpath(f"{name}.toml").read_text(encoding="utf-8")
+    table = tomllib.loads(text)
+    if "extends" in table and set(table) <= {"extends", "name", "description", "agents"}:
+        return (f"{name} is {table['extends']} with other seats (run with --all-scenarios)")
+    return None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--all-scenarios", action="store_true",
+                     help="also sweep scale scenarios and population variants of built-ins")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--all-scenarios"):
+        return
+    # deselected, not skipped: they are not part of the default run at all (no skip counts)
+    keep, dropped = [], []
+    for item in items:
+        name = getattr(getattr(item, "callspec", None), "params", {}).get("scenario")
+        (dropped if isinstance(name, str) and sweep_skip_reason(name) else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 def state_digest(raw: Any) -> str:

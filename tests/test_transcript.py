@@ -380,9 +380,12 @@ def test_cli_run_writes_transcripts_by_default(
 ) -> None:
     out = tmp_path / "runs"
     assert cli(["run", "single_trade", "--seeds", "0:2", "--workers", "1", "--out", str(out)]) == 0
-    assert sorted(p.name for p in (out / "single_trade").iterdir()) == ["0.jsonl", "1.jsonl", "report.html"]
-    assert f"{out / 'single_trade'}" in capsys.readouterr().out
-    assert cli(["replay", str(out / "single_trade")]) == 0
+    run = out / "single_trade"
+    assert sorted(p.name for p in run.iterdir()) == [
+        "report.html", "results.jsonl", "rounds.jsonl", "run.json", "transcripts"]
+    assert sorted(p.name for p in (run / "transcripts").iterdir()) == ["0.jsonl", "1.jsonl"]
+    assert f"{run}" in capsys.readouterr().out
+    assert cli(["replay", str(run)]) == 0
     none = tmp_path / "none"
     assert (
         cli(
@@ -400,7 +403,8 @@ def test_cli_run_writes_transcripts_by_default(
         )
         == 0
     )
-    assert not none.exists()
+    assert not (none / "single_trade" / "transcripts").exists()
+    assert (none / "single_trade" / "results.jsonl").is_file()
 
 
 def test_transcript_cli_checks_files(
