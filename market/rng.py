@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-_STREAM_IDS = {"world": 0, "shocks": 1, "execution": 2, "clearing": 3, "judge": 4, "seat": 5}
+# ids are part of the episode's definition (golden transcripts depend on them): never renumber
+_STREAM_IDS = {"world": 0, "shocks": 1, "clearing": 3, "seat": 5}
 
 
 class RngStreams:
@@ -18,7 +19,7 @@ class RngStreams:
         self.entropy = np.random.SeedSequence(seed).entropy
 
     def stream(self, name: str, *keys: int) -> np.random.Generator:
-        """The generator for ``name`` (one of world, shocks, execution, clearing, judge, seat)."""
+        """The generator for ``name``: world, shocks (drawn at reset), clearing (per round: tie-breaks, then execution failures; posted-price lotteries use key 1) or seat."""
         seq = np.random.SeedSequence(self.entropy, spawn_key=(_STREAM_IDS[name], *keys))
         return np.random.Generator(np.random.PCG64(seq))
 
