@@ -527,7 +527,7 @@ class raw_env(AECEnv):
         for e in entries:
             if e.coalition_id is not None and e.bids:
                 bidders.update(self.coalitions.coalitions[e.coalition_id].members)
-        demanders = {int(i) for i in np.unique(own)}
+        demanders = set(own.tolist())
         parts = {
             "welfare_ratio": 1.0 if optimum <= 0 else float(min(1.0, allocated_value.sum() / optimum)),
             "fairness": 1.0 - gini(np.array(satisfaction)),

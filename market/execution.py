@@ -59,9 +59,25 @@ def runnable(job: Job, reliability: float) -> bool:
     return job.status == "active" and job.min_reliability <= reliability
 
 
+def _edf_key(job: Job) -> tuple[int, int, str]:
+    return (job.deadline, job.arrival, job.job_id)
+
+
 def assign_blocks(jobs: list[Job], blocks: int, plan: dict[str, int], reliability: float) -> list[tuple[Job, int]]:
     """Blocks per job: the plan first (in its order), then earliest deadline first; never more
     than a job's remaining size."""
+    if not plan:  # the common case: earliest deadline first, same order as below
+        out: list[tuple[Job, int]] = []
+        left = blocks
+        live = [j for j in jobs if j.status == "active" and j.min_reliability <= reliability]
+        for job in sorted(live, key=_edf_key):
+            if left <= 0:
+                break
+            give = min(job.size - job.progress, left)
+            if give > 0:
+                out.append((job, give))
+                left -= give
+        return out
     assigned: dict[str, int] = {}
     by_id = {j.job_id: j for j in jobs if runnable(j, reliability)}
     left = blocks
@@ -72,7 +88,7 @@ def assign_blocks(jobs: list[Job], blocks: int, plan: dict[str, int], reliabilit
         give = min(want, job.remaining, left)
         assigned[job_id] = give
         left -= give
-    for job in sorted(by_id.values(), key=lambda j: (j.deadline, j.arrival, j.job_id)):
+    for job in sorted(by_id.values(), key=_edf_key):
         if left <= 0:
             break
         if plan.get(job.job_id) == 0:
