@@ -11,7 +11,7 @@ import asyncio
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +157,53 @@ def _finish(recorder: EpisodeRecorder | None, result: EpisodeResult) -> EpisodeR
     return result
 
 
+class _Episode:
+    """One episode's setup, bookkeeping and recording, shared by the sync and async loops."""
+
+    def __init__(self, env: raw_env, seed: int, seats: Mapping[str, Any] | None,
+                 transcript: str | Path | None, digest_every: int,
+                 limiter: RequestLimiter | None = None) -> None:
+        self.env, self.seed = env, seed
+        self.specs, self.agents = _build_agents(env.scenario, seats)
+        if limiter is not None:
+            for agent in self.agents.values():
+                agent.limiter = limiter
+        self.start = time.perf_counter()
+        env.reset(seed=seed)
+        for seat, agent in self.agents.items():
+            agent.reset(env.seat_seed(seat))
+        self.tally = _Tally()
+        self.recorder = _recorder(transcript, env, seed, self.specs, self.agents, digest_every)
+
+    def turns(self) -> Iterator[tuple[str, Any, bool]]:
+        """(seat, observation, whether the seat still plays) for every AEC step."""
+        for seat in self.env.agent_iter():
+            obs, reward, terminated, truncated, info = self.env.last()
+            self.tally.observe(seat, reward, info)
+            yield seat, obs, not (terminated or truncated)
+
+    def agent_failed(self, seat: str, obs: Any, exc: BaseException) -> tuple[ActionModel, str]:
+        self.tally.agent_failed(seat, exc)
+        return fallback_action(obs), self.tally.last_agent_error[seat]
+
+    def step(self, seat: str, obs: Any, live: bool, action: Any, latency: float | None,
+             error: str | None) -> None:
+        if self.recorder is not None:
+            self.recorder.before_step(seat, obs, action, live, latency, error)
+        self.env.step(action)
+        self.tally.steps += 1
+        if self.recorder is not None:
+            self.recorder.after_step()
+
+    def abort(self, exc: BaseException) -> None:
+        if self.recorder is not None:
+            self.recorder.finish(error=exc)
+
+    def result(self) -> EpisodeResult:
+        result = self.tally.result(self.env.scenario, self.seed, self.specs, self.agents, self.start, self.env)
+        return _finish(self.recorder, result)
+
+
 def run_episode(
     scenario: str | Path | Scenario = "market_round",
     seed: int = 0,
@@ -177,42 +224,22 @@ def run_episode(
     ``digest_every``: record the observation and state digests every N steps (the state digest
     also at every round end); 1 records them at every step.
     """
-    env = env if env is not None else raw_env(scenario)
-    sc = env.scenario
-    specs, agents = _build_agents(sc, seats)
-    start = time.perf_counter()
-    env.reset(seed=seed)
-    for seat, agent in agents.items():
-        agent.reset(env.seat_seed(seat))
-    tally = _Tally()
-    rec = _recorder(transcript, env, seed, specs, agents, digest_every)
+    episode = _Episode(env if env is not None else raw_env(scenario), seed, seats, transcript, digest_every)
     try:
-        for seat in env.agent_iter():
-            obs, reward, terminated, truncated, info = env.last()
-            tally.observe(seat, reward, info)
-            error = latency = None
-            if terminated or truncated:
-                action = None
-            else:
+        for seat, obs, live in episode.turns():
+            action = error = latency = None
+            if live:
                 began = time.perf_counter()
                 try:
-                    action = agents[seat].act(obs)
+                    action = episode.agents[seat].act(obs)
                 except Exception as exc:  # an agent bug must not take the episode down
-                    tally.agent_failed(seat, exc)
-                    error = tally.last_agent_error[seat]
-                    action = fallback_action(obs)
+                    action, error = episode.agent_failed(seat, obs, exc)
                 latency = time.perf_counter() - began
-            if rec is not None:
-                rec.before_step(seat, obs, action, not (terminated or truncated), latency, error)
-            env.step(action)
-            tally.steps += 1
-            if rec is not None:
-                rec.after_step()
+            episode.step(seat, obs, live, action, latency, error)
     except BaseException as exc:  # includes KeyboardInterrupt: mark the file aborted, re-raise
-        if rec is not None:
-            rec.finish(error=exc)
+        episode.abort(exc)
         raise
-    return _finish(rec, tally.result(sc, seed, specs, agents, start, env))
+    return episode.result()
 
 
 async def arun_episode(
@@ -232,45 +259,22 @@ async def arun_episode(
     ``transcript`` and ``digest_every`` as in :func:`run_episode` (a cancelled task leaves an
     ``aborted`` footer).
     """
-    env = raw_env(scenario)
-    sc = env.scenario
-    specs, agents = _build_agents(sc, seats)
-    if limiter is not None:
-        for agent in agents.values():
-            agent.limiter = limiter
-    start = time.perf_counter()
-    env.reset(seed=seed)
-    for seat, agent in agents.items():
-        agent.reset(env.seat_seed(seat))
-    tally = _Tally()
-    rec = _recorder(transcript, env, seed, specs, agents, digest_every)
+    episode = _Episode(raw_env(scenario), seed, seats, transcript, digest_every, limiter)
     try:
-        for seat in env.agent_iter():
-            obs, reward, terminated, truncated, info = env.last()
-            tally.observe(seat, reward, info)
-            error = latency = None
-            if terminated or truncated:
-                action = None
-            else:
+        for seat, obs, live in episode.turns():
+            action = error = latency = None
+            if live:
                 began = time.perf_counter()
                 try:
-                    action = await asyncio.wait_for(agents[seat].aact(obs), agent_timeout)
+                    action = await asyncio.wait_for(episode.agents[seat].aact(obs), agent_timeout)
                 except Exception as exc:  # includes TimeoutError
-                    tally.agent_failed(seat, exc)
-                    error = tally.last_agent_error[seat]
-                    action = fallback_action(obs)
+                    action, error = episode.agent_failed(seat, obs, exc)
                 latency = time.perf_counter() - began
-            if rec is not None:
-                rec.before_step(seat, obs, action, not (terminated or truncated), latency, error)
-            env.step(action)
-            tally.steps += 1
-            if rec is not None:
-                rec.after_step()
+            episode.step(seat, obs, live, action, latency, error)
     except BaseException as exc:  # includes CancelledError and KeyboardInterrupt
-        if rec is not None:
-            rec.finish(error=exc)
+        episode.abort(exc)
         raise
-    return _finish(rec, tally.result(sc, seed, specs, agents, start, env))
+    return episode.result()
 
 
 def run_concurrent(
