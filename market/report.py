@@ -802,6 +802,16 @@ class Series:
     markers: bool = True
 
 
+def _plot_svg(parts: list[Any], y_label: str | None, top: float, ph: float, width: int, height: int,
+              plot_id: str) -> Any:
+    """The plot's <svg>: its parts plus the rotated y-axis label, if any."""
+    if y_label:
+        parts.append(h("text", y_label, x=12, y=top + ph / 2, class_="axis", text_anchor="middle",
+                       transform=f"rotate(-90 12 {top + ph / 2})"))
+    return h("svg", parts, xmlns="http://www.w3.org/2000/svg", viewBox=f"0 0 {width} {height}",
+             width=width, height=height, class_="plot", role="img", data_plot=plot_id)
+
+
 def line_chart(
     title: str,
     series: Sequence[Series],
@@ -913,29 +923,7 @@ def line_chart(
         parts.append(
             h("text", x_label, x=left + pw / 2, y=height - 6, class_="axis", text_anchor="middle")
         )
-    if y_label:
-        parts.append(
-            h(
-                "text",
-                y_label,
-                x=12,
-                y=top + ph / 2,
-                class_="axis",
-                text_anchor="middle",
-                transform=f"rotate(-90 12 {top + ph / 2})",
-            )
-        )
-    svg = h(
-        "svg",
-        parts,
-        xmlns="http://www.w3.org/2000/svg",
-        viewBox=f"0 0 {width} {height}",
-        width=width,
-        height=height,
-        class_="plot",
-        role="img",
-        data_plot=plot_id,
-    )
+    svg = _plot_svg(parts, y_label, top, ph, width, height, plot_id)
     legend = h(
         "ul",
         [
@@ -1017,29 +1005,7 @@ def bar_chart(
         )
         parts.append(h("g", g))
     parts.append(h("line", x1=left, x2=left + pw, y1=sy(0), y2=sy(0), class_="zero"))
-    if y_label:
-        parts.append(
-            h(
-                "text",
-                y_label,
-                x=12,
-                y=top + ph / 2,
-                class_="axis",
-                text_anchor="middle",
-                transform=f"rotate(-90 12 {top + ph / 2})",
-            )
-        )
-    svg = h(
-        "svg",
-        parts,
-        xmlns="http://www.w3.org/2000/svg",
-        viewBox=f"0 0 {width} {height}",
-        width=width,
-        height=height,
-        class_="plot",
-        role="img",
-        data_plot=plot_id,
-    )
+    svg = _plot_svg(parts, y_label, top, ph, width, height, plot_id)
     return h("figure", h("figcaption", title), svg, class_="chart")
 
 
