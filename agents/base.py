@@ -54,3 +54,15 @@ class BaseAgent:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+def as_flag(value: bool | str, name: str) -> bool:
+    """A boolean spec parameter: true/false, yes/no, on/off or 1/0 (any case)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be true or false, got {value!r}")

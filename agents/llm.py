@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl
 from pydantic import Field, TypeAdapter
 
 from agents.backends.base import Backend, BackendError, Completion
-from agents.base import BaseAgent
+from agents.base import BaseAgent, as_flag
 from agents.cache import CachedBackend, occurrence_scope
 from market.actions import (
     ACTION_CLASSES,
@@ -635,14 +635,7 @@ def _model_name(params: Mapping[str, Any]) -> str:
 
 
 def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise TypeError(f"expected a boolean, got {value!r}")
+    return as_flag(value, "value")
 
 
 def _optional(conv: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from agents.base import BaseAgent
+from agents.base import BaseAgent, as_flag
 from agents.scripted import MAX_INVITEES, WAIT, affordable, marginal_values
 from market.actions import (
     AcceptOffer,
@@ -49,18 +49,6 @@ PENALISING = frozenset({"penalize_suspected", "penalize_confirmed"})
 # ------------------------------------------------------------------------------------------
 # Parameters and small market readings shared by the agents
 # ------------------------------------------------------------------------------------------
-
-
-def as_flag(value: bool | str, name: str) -> bool:
-    """A boolean spec parameter: true/false, yes/no, on/off or 1/0 (any case)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name} must be true or false, got {value!r}")
 
 
 def as_count(value: int | str, name: str, minimum: int = 0) -> int:
