@@ -248,6 +248,13 @@ class OpenAIBackend:
         text = f"{exc.message} {exc.body}".lower()
         return any(word in text for word in _FORMAT_WORDS)
 
+    def _downgrade(self, exc: openai.APIStatusError, fmt: str, schema: dict[str, Any] | None) -> str:
+        """After a rejected response_format, switch to "none" for good; other errors re-raise."""
+        if not self._format_unsupported(exc, fmt, schema):
+            raise exc
+        self._fall_back_to_none()
+        return "none"
+
     def _fall_back_to_none(self) -> None:
         self.response_format = "none"
         self.format_fallbacks += 1
@@ -307,10 +314,7 @@ class OpenAIBackend:
                 try:
                     response = client.post(_PATH, cast_to=ChatCompletion, body=self._request(messages, schema, params, fmt))
                 except openai.APIStatusError as exc:
-                    if not self._format_unsupported(exc, fmt, schema):
-                        raise
-                    self._fall_back_to_none()
-                    fmt = "none"
+                    fmt = self._downgrade(exc, fmt, schema)  # re-raises unless the format was refused
                     continue
                 return self._completion(response, time.perf_counter() - start, fmt)
         except BackendError:
@@ -332,10 +336,7 @@ class OpenAIBackend:
                     response = await client.post(_PATH, cast_to=ChatCompletion,
                                                  body=self._request(messages, schema, params, fmt))
                 except openai.APIStatusError as exc:
-                    if not self._format_unsupported(exc, fmt, schema):
-                        raise
-                    self._fall_back_to_none()
-                    fmt = "none"
+                    fmt = self._downgrade(exc, fmt, schema)  # re-raises unless the format was refused
                     continue
                 return self._completion(response, time.perf_counter() - start, fmt)
         except BackendError:
