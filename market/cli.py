@@ -15,7 +15,8 @@ from pathlib import Path
 
 EXAMPLES = {
     "run": "gpumarket run market_round --seeds 0:20 --seat bidder_0=rule_expert --out runs\n"
-           "  (writes runs/market_round/; rerun the same command to resume, --fresh to start over)",
+           "  (writes runs/market_round/; rerun the same command to resume, --fresh to start over)\n"
+           "         gpumarket run large_market --seeds 0:1000 --backend ray --address 10.0.0.5:6379",
     "eval": "gpumarket eval --agents rule_expert,truthful,random_valid "
             "--scenarios single_trade,market_round --seat bidder_0 --seeds 0:20 --out runs/eval\n"
             "         gpumarket eval --mechanisms --scenario mechanism_stage_4 --seeds 0:30",
@@ -74,6 +75,14 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_, description=help_, epilog=f"example: {EXAMPLES[name]}",
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
+    def add_backend(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("--backend", choices=("local", "ray"), default="local",
+                         help="where episodes run: 'local' (a process pool, default) or 'ray' "
+                              "(Ray tasks; needs pip install 'gpumarket[ray]')")
+        cmd.add_argument("--address", default=None, metavar="HOST:PORT",
+                         help="with --backend ray: the cluster to join (its head's address, or "
+                              "'auto'); default: a private Ray instance on this machine")
+
     run = add("run", "Run a scenario over seeds in parallel and print mean +/- 95% CI of each "
                      "seat's reward components. Every finished episode is kept in "
                      "OUT/SCENARIO/results.jsonl (one row per episode and seat) with its transcript "
@@ -90,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--fresh", action="store_true",
                      help="discard what OUT/<scenario> holds and start over (default: resume)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_backend(run)
 
     ev = add("eval", "Evaluate agents in one seat across scenarios: a table of the seat's mean "
                      "return +/- 95% CI per agent x scenario (other seats keep each scenario's "
@@ -127,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
                          "every built-in bidder but the spammers)")
     ev.add_argument("--no-deviations", action="store_true",
                     help="with --mechanisms: skip the deviation (incentive) check")
+    add_backend(ev)
 
     bench = add("bench", "Measure AEC steps/s per built-in scenario and clearing time of a 1,000-bidder, 10,000-block market.")
     bench.add_argument("--seconds", type=float, default=2.0, help="time per scenario (default 2)")
@@ -190,6 +201,7 @@ def _parser() -> argparse.ArgumentParser:
                            "scenario's own bidders and a mixed population)")
     tour.add_argument("--max-matches", default=None, metavar="N",
                       help="stop after N new matches (rerun to continue)")
+    add_backend(tour)
     return parser
 
 
@@ -209,7 +221,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         summary = run_scenario(scenario, args.seeds, dict(args.seat), out, workers=args.workers,
                                transcripts=not args.no_transcripts,
-                               progress=not args.no_progress, fresh=args.fresh)
+                               progress=not args.no_progress, fresh=args.fresh,
+                               backend=args.backend, address=args.address)
     except RunConfigError as exc:
         print(f"gpumarket run: {exc}", file=sys.stderr)
         return 2
@@ -295,12 +308,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 candidates=_specs(args.candidates) or None,
                 alternatives=_specs(args.alternatives) or None,
                 deviations=not args.no_deviations, progress=not args.no_progress,
-                fresh=args.fresh)
+                fresh=args.fresh, backend=args.backend, address=args.address)
         else:
             out = args.out or Path("runs") / "eval"
             table = evaluate(_specs(args.agents), _specs(args.scenarios), args.seat, args.seeds,
                              out, args.workers, transcripts=args.transcripts,
-                             progress=not args.no_progress, fresh=args.fresh)
+                             progress=not args.no_progress, fresh=args.fresh,
+                             backend=args.backend, address=args.address)
     except RunConfigError as exc:
         print(f"gpumarket eval: {exc}", file=sys.stderr)
         return 2
@@ -490,7 +504,8 @@ def _cmd_tournament(args: argparse.Namespace) -> int:
 
         try:
             result = run_tournament(config, out, workers=workers, max_matches=limit,
-                                    progress=progress)
+                                    progress=progress, backend=args.backend,
+                                    address=args.address)
         except (TournamentError, ScenarioError) as exc:
             bar.stop()
             print(f"gpumarket tournament: {one_line(exc)}", file=sys.stderr)

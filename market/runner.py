@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from market.environment import DESIGNER
-from market.rollout import EpisodeResult, mean_ci95, resolve_seats, run_episode
+from market.rollout import EpisodeResult, mean_ci95, resolve_seats, run_episode, transcript_path
 from scenarios import deep_merge, load_scenario
 from scenarios.schema import Scenario
 
@@ -462,24 +462,51 @@ def execute(folders: Sequence[_Folder], *, workers: int | None = None, backend: 
             f.close()
 
 
+def _play_shipped(job: tuple[Any, ...]) -> tuple[tuple[Any, ...], bytes | None]:
+    """Worker on another machine: play one episode with its transcript written to a private
+    temp dir, and ship the transcript back (compressed) for the driver to write, so a run's
+    files all end up in its folder whichever node played the episode."""
+    import shutil
+    import tempfile
+    import zlib
+
+    scenario, seed, seats, transcript, digest_every, config = job
+    if transcript is None:
+        return _play(job), None
+    tmp = tempfile.mkdtemp(prefix="gm-episode-")
+    try:
+        seed_, rows, rounds, error = _play((scenario, seed, seats, tmp, digest_every, config))
+        if rows is None:
+            return (seed_, rows, rounds, error), None
+        final = str(transcript_path(transcript, seed))
+        for row in rows:
+            row["transcript"] = final
+        blob = zlib.compress((Path(tmp) / f"{seed}.jsonl").read_bytes(), 1)
+        return (seed_, rows, rounds, error), blob
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _run_ray(jobs: list[tuple[int, tuple[Any, ...]]], address: str | None,
              finished: Callable[[int, Any], None]) -> None:
+    """Play ``jobs`` on Ray (:mod:`market.ray_backend`), writing each shipped transcript before
+    its rows are recorded (rows are the completion mark)."""
+    import zlib
+
+    from market.ray_backend import RayBackendError, ray_map
+
     try:
-        import ray  # type: ignore[import-not-found]
-    except ImportError:
-        raise RunConfigError("backend 'ray' needs Ray: pip install 'gpumarket[ray]'") from None
-    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
-    remote = ray.remote(_play_indexed)
-    pending = [remote.remote(item) for item in jobs]
-    try:
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            index, outcome = ray.get(ready[0])
+        for position, (outcome, blob) in ray_map(_play_shipped, [job for _, job in jobs],
+                                                 address=address):
+            index, job = jobs[position]
+            if blob is not None:
+                path = transcript_path(job[3], job[1])
+                tmp = path.with_name(path.name + ".part")
+                tmp.write_bytes(zlib.decompress(blob))
+                tmp.replace(path)
             finished(index, outcome)
-    except BaseException:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        raise
+    except RayBackendError as exc:
+        raise RunConfigError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- the API
@@ -725,6 +752,7 @@ def evaluate(
     workers: int | None = None,
     *,
     backend: str = "local",
+    address: str | None = None,
     transcripts: bool = False,
     progress: bool | ProgressFn = True,
     fresh: bool = False,
@@ -752,8 +780,8 @@ def evaluate(
                 raise RunConfigError(f"agent {agent!r} is listed twice")
             folders[(agent, sc.name)] = _folder(sc, seeds, {seat: agent}, out / sc.name / slug(agent),
                                                 transcripts, fresh, 1)
-    execute(list(folders.values()), workers=workers, backend=backend, progress=progress,
-            label="eval")
+    execute(list(folders.values()), workers=workers, backend=backend, address=address,
+            progress=progress, label="eval")
     table = EvalTable(list(agents), names, seat, seeds, {
         key: Cell(key[0], key[1], seat, {s: next(r["return"] for r in f.done[s] if r["seat"] == seat)
                                           for s in f.seeds if s in f.done})
@@ -977,6 +1005,7 @@ def evaluate_mechanisms(
     alternatives: Sequence[str] | None = None,
     deviations: bool = True,
     backend: str = "local",
+    address: str | None = None,
     progress: bool | ProgressFn = True,
     fresh: bool = False,
 ) -> MechanismReport:
@@ -1022,7 +1051,7 @@ def evaluate_mechanisms(
                     devs[(m, kind, alt)] = _folder(msc, seeds, {**seats, seat: alt},
                                                    out / m / f"{slug(kind)}@{seat}-{slug(alt)}",
                                                    False, fresh, 1)
-    execute([*base.values(), *devs.values()], workers=workers, backend=backend,
+    execute([*base.values(), *devs.values()], workers=workers, backend=backend, address=address,
             progress=progress, label="mechanisms")
 
     def seat_returns(folder: _Folder, seat: str) -> dict[int, float]:

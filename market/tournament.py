@@ -439,15 +439,20 @@ def run_tournament(
     workers: int = 1,
     max_matches: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> TournamentResult:
     """Play the missing matches of ``config`` into ``out`` and write the tables.
 
-    ``workers > 1`` plays matches in a local process pool (same results as serial).
+    ``workers > 1`` plays matches in a local process pool (same results as serial);
+    ``backend="ray"`` plays them on the Ray cluster at ``address`` (None: a private local Ray).
     ``max_matches``: stop after playing this many new matches (rerun to continue).
     ``progress(done, total)`` is called once at the start and after every finished match.
     Writes ``out/matches.jsonl``, ``manifest.json``, ``ratings.csv``, ``ratings.md`` and
     ``summary.json``.
     """
+    if backend not in ("local", "ray"):
+        raise TournamentError(f"backend {backend!r}: use 'local' (a process pool) or 'ray'")
     plan_ = plan(config)
     out = Path(out)
     manifest = plan_.manifest()
@@ -474,7 +479,9 @@ def run_tournament(
                 progress(done, total)
 
         jobs = [(plan_.scenario, m) for m in pending]
-        if workers <= 1 or len(jobs) <= 1:
+        if backend == "ray":
+            _play_ray(jobs, address, save)
+        elif workers <= 1 or len(jobs) <= 1:
             for job in jobs:
                 save(_play(job))
         else:
@@ -510,6 +517,18 @@ def _play_pool(jobs: list[tuple[Scenario, Match]], workers: int,
             proc.terminate()
         raise
     pool.shutdown()
+
+
+def _play_ray(jobs: list[tuple[Scenario, Match]], address: str | None,
+              save: Callable[[dict[str, Any]], None]) -> None:
+    """Play ``jobs`` on Ray (:mod:`market.ray_backend`), saving each record as it arrives."""
+    from market.ray_backend import RayBackendError, ray_map
+
+    try:
+        for _, rec in ray_map(_play, jobs, address=address):
+            save(rec)
+    except RayBackendError as exc:
+        raise TournamentError(str(exc)) from None
 
 
 def _ignore_sigint() -> None:
