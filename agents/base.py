@@ -32,12 +32,14 @@ class BaseAgent:
 
     ``stats`` collects per-seat accounting (LLM tokens, latency, retries, fallbacks); the runner
     copies it into results. ``limiter``, when the runner sets it, bounds model requests in flight
-    across all concurrent episodes.
+    across all concurrent episodes; ``budget``, when set, is charged with the model tokens the
+    agent uses (see :class:`agents.backends.pool.Budget`).
     """
 
     name: ClassVar[str] = "base"
     roles: ClassVar[frozenset[str]] = frozenset({"bidder"})
     limiter: Any = None
+    budget: Any = None
 
     def __init__(self) -> None:
         self.rng = np.random.default_rng(0)

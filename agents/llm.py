@@ -28,7 +28,15 @@ from urllib.parse import parse_qsl
 
 from pydantic import Field, TypeAdapter
 
-from agents.backends.base import Backend, BackendError, Completion
+from agents.backends.base import (
+    RETRY_REASONS,
+    Backend,
+    BackendError,
+    CallReport,
+    Completion,
+    reporting,
+)
+from agents.backends.pool import ClientPool
 from agents.base import BaseAgent, as_flag
 from agents.cache import CachedBackend, occurrence_scope
 from market.actions import (
@@ -47,6 +55,7 @@ Messages = list[dict[str, str]]
 STAT_KEYS: tuple[str, ...] = (
     "decisions", "requests", "retries", "parse_failures", "fallbacks", "backend_errors",
     "cache_hits", "prompt_tokens", "completion_tokens", "latency_s", "cost_usd",
+    *(f"retries_{reason}" for reason in RETRY_REASONS), "retry_wait_s", "queue_wait_s",
 )
 MAX_REPLY_CHARS = 50_000  # only this much of a reply is searched for JSON
 MAX_ECHO_CHARS = 4_000  # a failed reply is echoed back this long in the repair message
@@ -315,6 +324,17 @@ def user_message(obs: Observation) -> str:
     return f"{obs.to_prompt()}\n\nYour reply must be one JSON object matching this JSON schema:\n{schema_text}"
 
 
+def prompt_messages(obs: Observation) -> Messages:
+    """The chat messages of one decision's first request: the system and the user message.
+
+    The single source of the LLM prompt: ``LLMAgent`` sends it and ``market.training_data``
+    renders scripted seats' decisions with it."""
+    return [
+        {"role": "system", "content": system_message(obs)},
+        {"role": "user", "content": user_message(obs)},
+    ]
+
+
 def repair_message(error: str, obs: Observation) -> str:
     return (
         f"That reply could not be used: {error}\n"
@@ -345,7 +365,11 @@ class LLMAgent(BaseAgent):
             matches model names it prefixes. Cache hits cost nothing.
         call_timeout: hard limit in seconds on one async request (``aact``), on top of the
             backend's own timeout.
-        limiter: a shared :class:`~agents.backends.base.RequestLimiter` (the runner may set it).
+        limiter: a shared :class:`~agents.backends.base.RequestLimiter`, or a
+            :class:`~agents.backends.pool.ClientPool` whose shared clients and per-endpoint limits
+            the backend then uses (the runner sets it).
+        budget: a :class:`~agents.backends.pool.Budget` charged with every completion's tokens
+            (the runner sets it; cache hits are free).
     """
 
     name = "llm"
@@ -365,6 +389,7 @@ class LLMAgent(BaseAgent):
         costs: Mapping[str, tuple[float, float]] | None = None,
         call_timeout: float | None = None,
         limiter: Any = None,
+        budget: Any = None,
         spec: str | None = None,
     ) -> None:
         super().__init__()
@@ -385,6 +410,8 @@ class LLMAgent(BaseAgent):
         self.call_timeout = call_timeout
         if limiter is not None:
             self.limiter = limiter
+        if budget is not None:
+            self.budget = budget
         self.spec = spec or f"llm?model={getattr(backend, 'model', '?')}"
         self._seed: int | None = None
         self._occurrences: dict[str, int] = {}  # repeated identical requests, for the cache
@@ -420,6 +447,11 @@ class LLMAgent(BaseAgent):
             raise ActionParseError(f"'agent' is {action.agent!r} but you are {obs.seat}; drop 'agent'")
         return action
 
+    def parse_reply(self, raw: str, obs: Observation) -> ActionModel:
+        """A reply as this seat turns it into an action: extracted, validated, its type legal now
+        and addressed to this seat. Raises :class:`ActionParseError` (the repair message)."""
+        return self._validate(raw, obs)
+
     def fallback_action(self, obs: Observation) -> ActionModel:
         """The action played when the model gives nothing usable."""
         legal = obs.legal_actions
@@ -443,10 +475,7 @@ class LLMAgent(BaseAgent):
             action: ActionModel = Wait()
             exchange.update(action=action.model_dump(exclude_none=True), error="no legal actions: not this seat's turn")
             return action
-        messages: Messages = [
-            {"role": "system", "content": system_message(obs)},
-            {"role": "user", "content": user_message(obs)},
-        ]
+        messages: Messages = prompt_messages(obs)
         for attempt in range(self.retries + 1):
             if attempt:
                 self.stats["retries"] += 1
@@ -478,9 +507,15 @@ class LLMAgent(BaseAgent):
         exchange.update(action=action.model_dump(exclude_none=True), fallback=True)
         return action
 
-    def _account(self, outcome: Outcome, latency: float) -> None:
+    def _account(self, outcome: Outcome, latency: float, report: CallReport | None = None) -> None:
         stats = self.stats
         stats["requests"] += 1
+        if report is not None:  # transport retries and the wait for a slot, success or not
+            for reason, count in report.retries.items():
+                stats[f"retries_{reason}"] = stats.get(f"retries_{reason}", 0) + count
+            stats["retry_wait_s"] += report.retry_wait_s
+            stats["queue_wait_s"] += report.queued_s
+            latency = max(0.0, latency - report.queued_s)  # latency excludes the queue
         stats["latency_s"] += latency
         if not isinstance(outcome, Completion):
             stats["backend_errors"] += 1
@@ -490,6 +525,8 @@ class LLMAgent(BaseAgent):
         if outcome.cached:
             stats["cache_hits"] += 1
             return
+        if self.budget is not None:
+            self.budget.charge(outcome.model or self.model, outcome.prompt_tokens, outcome.completion_tokens)
         price = self._price(outcome.model) or self._price(self.model)
         if price is not None:
             stats["cost_usd"] += (outcome.prompt_tokens * price[0] + outcome.completion_tokens * price[1]) / 1000.0
@@ -512,12 +549,13 @@ class LLMAgent(BaseAgent):
             while True:
                 start = time.perf_counter()
                 outcome: Outcome
-                try:
-                    with occurrence_scope(self._occurrences):
-                        outcome = self.backend.complete(messages, schema, self._request_params())
-                except Exception as exc:  # a backend failure never escapes a seat
-                    outcome = exc if isinstance(exc, BackendError) else BackendError(_describe(exc))
-                self._account(outcome, time.perf_counter() - start)
+                with reporting() as report:
+                    try:
+                        with occurrence_scope(self._occurrences):
+                            outcome = self.backend.complete(messages, schema, self._request_params())
+                    except Exception as exc:  # a backend failure never escapes a seat
+                        outcome = exc if isinstance(exc, BackendError) else BackendError(_describe(exc))
+                self._account(outcome, time.perf_counter() - start, report)
                 messages = decision.send(outcome)
         except StopIteration as stop:
             return stop.value
@@ -528,8 +566,9 @@ class LLMAgent(BaseAgent):
         try:
             messages = next(decision)
             while True:
-                outcome, latency = await self._acall(messages, schema)
-                self._account(outcome, latency)
+                with reporting() as report:
+                    outcome, latency = await self._acall(messages, schema)
+                self._account(outcome, latency, report)
                 messages = decision.send(outcome)
         except StopIteration as stop:
             return stop.value
@@ -537,6 +576,9 @@ class LLMAgent(BaseAgent):
     async def _acall(self, messages: Messages, schema: dict[str, Any] | None) -> tuple[Outcome, float]:
         start = time.perf_counter()
         try:
+            if isinstance(self.limiter, ClientPool):  # the backend takes the pool's slots itself
+                with self.limiter.active():
+                    return await self._arequest(messages, schema), time.perf_counter() - start
             if self.limiter is not None:
                 async with self.limiter:
                     start = time.perf_counter()  # latency excludes the wait for a slot

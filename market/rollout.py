@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.backends.base import RequestLimiter
+from agents.backends.pool import Budget, ClientPool
 from agents.registry import make_agent
 from market.actions import ActionModel, Bid, Wait
 from market.environment import DESIGNER, raw_env
@@ -162,12 +163,15 @@ class _Episode:
 
     def __init__(self, env: raw_env, seed: int, seats: Mapping[str, Any] | None,
                  transcript: str | Path | None, digest_every: int,
-                 limiter: RequestLimiter | None = None) -> None:
+                 limiter: RequestLimiter | ClientPool | None = None,
+                 budget: Budget | None = None) -> None:
         self.env, self.seed = env, seed
         self.specs, self.agents = _build_agents(env.scenario, seats)
-        if limiter is not None:
-            for agent in self.agents.values():
+        for agent in self.agents.values():
+            if limiter is not None:
                 agent.limiter = limiter
+            if budget is not None:
+                agent.budget = budget
         self.start = time.perf_counter()
         env.reset(seed=seed)
         for seat, agent in self.agents.items():
@@ -247,19 +251,22 @@ async def arun_episode(
     seed: int = 0,
     seats: Mapping[str, Any] | None = None,
     *,
-    limiter: RequestLimiter | None = None,
+    limiter: RequestLimiter | ClientPool | None = None,
     agent_timeout: float | None = 120.0,
     transcript: str | Path | None = None,
     digest_every: int = 1,
+    budget: Budget | None = None,
 ) -> EpisodeResult:
     """Play one episode with ``aact``, so many episodes with LLM seats can run concurrently.
 
-    Every agent gets ``limiter`` (one shared bound on model requests in flight); an agent that
-    raises or exceeds ``agent_timeout`` seconds is counted and plays the fallback action.
+    Every agent gets ``limiter``: a :class:`~agents.backends.pool.ClientPool` (shared clients,
+    global and per-endpoint limits on requests in flight) or a plain ``RequestLimiter``; and
+    ``budget``, which is charged with every completion's tokens. An agent that raises or
+    exceeds ``agent_timeout`` seconds (None: no limit) is counted and plays the fallback action.
     ``transcript`` and ``digest_every`` as in :func:`run_episode` (a cancelled task leaves an
     ``aborted`` footer).
     """
-    episode = _Episode(raw_env(scenario), seed, seats, transcript, digest_every, limiter)
+    episode = _Episode(raw_env(scenario), seed, seats, transcript, digest_every, limiter, budget)
     try:
         for seat, obs, live in episode.turns():
             action = error = latency = None
@@ -285,8 +292,13 @@ def run_concurrent(
     max_in_flight: int = 8,
     agent_timeout: float | None = 120.0,
     transcript: str | Path | None = None,
+    per_endpoint: int | None = None,
+    budget: Budget | None = None,
 ) -> list[EpisodeResult]:
-    """Episodes over ``seeds`` as concurrent asyncio tasks under one request limit.
+    """Episodes over ``seeds`` as concurrent asyncio tasks sharing one
+    :class:`~agents.backends.pool.ClientPool` (``max_in_flight`` requests in flight in all,
+    ``per_endpoint`` per server) and ``budget``. All episodes start at once; the runner's async
+    path (:mod:`market.async_runner`) bounds episodes in flight and stops on a spent budget.
 
     ``seats`` values must be spec strings or zero-argument factories (each episode needs its own
     agents); results come back in seed order. ``transcript``: a directory; each episode is
@@ -298,12 +310,15 @@ def run_concurrent(
             raise ValueError(f"seat {seat}: pass a spec string or a factory, not an agent object, "
                              "so that concurrent episodes do not share one agent")
     sc = load_scenario(scenario)
-    limiter = RequestLimiter(max_in_flight)
+    pool = ClientPool(max_in_flight, per_endpoint)
 
     async def main() -> list[EpisodeResult]:
-        tasks = [arun_episode(sc, seed, seats, limiter=limiter, agent_timeout=agent_timeout,
-                              transcript=transcript) for seed in seeds]
-        return list(await asyncio.gather(*tasks))
+        tasks = [arun_episode(sc, seed, seats, limiter=pool, agent_timeout=agent_timeout,
+                              transcript=transcript, budget=budget) for seed in seeds]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            await pool.aclose()
 
     return asyncio.run(main())
 

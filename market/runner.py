@@ -405,14 +405,21 @@ def _progress_bar(enabled: bool, label: str) -> Any:
 
 def execute(folders: Sequence[_Folder], *, workers: int | None = None, backend: str = "local",
             address: str | None = None, progress: bool | ProgressFn = True,
-            label: str = "running") -> None:
+            label: str = "running", llm: Mapping[str, Any] | None = None) -> None:
     """Play every pending episode of ``folders`` in one pool, recording each as it finishes.
 
     ``progress``: True for a progress bar on stderr, False for none, or a callable
     ``(done, total)``. Raises :class:`RunInterrupted` on Ctrl-C (after closing the files).
+    ``backend="async"`` (chosen for "local" when a seat is an LLM): episodes as asyncio tasks in
+    this process sharing one client pool; ``llm`` holds the keyword arguments of
+    :func:`market.async_runner.run_jobs_async` (limits, episodes in flight, budget).
     """
-    if backend not in ("local", "ray"):
-        raise RunConfigError(f"backend {backend!r}: use 'local' (a process pool) or 'ray'")
+    from market.async_runner import is_llm_spec, run_jobs_async
+
+    if backend == "local" and any(is_llm_spec(s) for f in folders for s in f.seats.values()):
+        backend = "async"
+    if backend not in ("local", "ray", "async"):
+        raise RunConfigError(f"backend {backend!r}: use 'local' (a process pool), 'async' or 'ray'")
     jobs = [(i, f.job(seed)) for i, f in enumerate(folders) for seed in f.pending]
     total = len(jobs)
     workers = default_workers() if workers is None else max(1, int(workers))
@@ -443,6 +450,8 @@ def execute(folders: Sequence[_Folder], *, workers: int | None = None, backend: 
             task = bar.add_task(label, total=total)
             if backend == "ray":
                 _run_ray(jobs, address, finished)
+            elif backend == "async":
+                run_jobs_async(jobs, finished, **dict(llm or {}))
             elif pool is not None:
                 for index, outcome in pool.imap_unordered(_play_indexed, jobs, chunksize=1):
                     finished(index, outcome)
@@ -572,6 +581,7 @@ def run_scenario(
     fresh: bool = False,
     address: str | None = None,
     digest_every: int = 1,
+    llm: Mapping[str, Any] | None = None,
 ) -> RunSummary:
     """Play ``scenario`` over ``seeds`` with ``seats`` (seat -> agent spec; the scenario's
     ``[agents]`` fill the rest) and record every episode in ``out_dir`` (see the module doc).
@@ -581,6 +591,8 @@ def run_scenario(
     ``transcripts``: also write ``out_dir/transcripts/<seed>.jsonl``. ``progress``: a progress
     bar on stderr (True), none (False), or a callable ``(done, total)``.
     ``fresh``: discard what the folder holds first; otherwise complete seeds are skipped.
+    ``llm``: options of the async path that runs with LLM seats take (``max_in_flight``,
+    ``per_endpoint``, ``max_episodes``, ``budget``; see :func:`market.async_runner.run_jobs_async`).
 
     Raises ``scenarios.ScenarioError`` for a bad scenario, :class:`RunConfigError` for bad seats or
     a folder holding another configuration, and :class:`RunInterrupted` on Ctrl-C.
@@ -589,7 +601,7 @@ def run_scenario(
     folder = _folder(scenario, seeds, seats, out_dir, transcripts, fresh, digest_every)
     skipped = [s for s in folder.seeds if s in folder.done]
     execute([folder], workers=workers, backend=backend, address=address, progress=progress,
-            label=folder.scenario.name)
+            label=folder.scenario.name, llm=llm)
     return _summary(folder, skipped, began)
 
 

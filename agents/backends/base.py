@@ -1,8 +1,12 @@
-"""The backend protocol LLM seats talk to, and the shared limit on requests in flight."""
+"""The backend protocol LLM seats talk to, the shared limit on requests in flight, and the
+per-call report through which a backend tells its caller about retries and queueing."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -70,3 +74,46 @@ class RequestLimiter:
     async def __aexit__(self, *exc: object) -> None:
         self.in_flight -= 1
         self._semaphore().release()
+
+
+#: why a request was retried (the agent stat is ``retries_<reason>``)
+RETRY_REASONS: tuple[str, ...] = ("rate_limited", "server_error", "connection")
+
+
+@dataclass(slots=True)
+class CallReport:
+    """What happened inside one backend call besides its result, filled in by the backend.
+
+    ``queued_s``: time spent waiting for a request slot (global or per-endpoint limit);
+    ``retry_wait_s``: time slept in backoff before retries; ``retries``: reason -> retries made.
+    The agent opens one per call (:func:`reporting`) and copies it into its stats, whether the
+    call succeeded or raised.
+    """
+
+    queued_s: float = 0.0
+    retry_wait_s: float = 0.0
+    retries: dict[str, int] = field(default_factory=dict)
+
+    def retried(self, reason: str, wait: float) -> None:
+        self.retries[reason] = self.retries.get(reason, 0) + 1
+        self.retry_wait_s += wait
+
+
+_REPORT: ContextVar[CallReport | None] = ContextVar("gpumarket_call_report", default=None)
+
+
+def current_report() -> CallReport | None:
+    """The report of the backend call in progress in this context, if the caller opened one."""
+    return _REPORT.get()
+
+
+@contextmanager
+def reporting() -> Iterator[CallReport]:
+    """Open a :class:`CallReport` for the backend call made inside the block (context-local, so
+    concurrent calls on one event loop each get their own; tasks started inside share it)."""
+    report = CallReport()
+    token = _REPORT.set(report)
+    try:
+        yield report
+    finally:
+        _REPORT.reset(token)

@@ -15,12 +15,22 @@ Structured output (``response_format``):
 
 When a server answers HTTP 400/422/500/501 with a message about the response format, the backend
 retries that request once without one and keeps using none from then on.
+
+Retries are the backend's own (the client's are turned off, so every retry is counted): HTTP 429,
+5xx and connection failures are retried up to ``max_retries`` times with exponential backoff and
+jitter drawn from a seeded numpy Generator, never sooner than the server's ``Retry-After``, and
+within ``max_retry_wait`` seconds of backoff in total. Other 4xx statuses, timeouts and a server's
+``x-should-retry: false`` are not retried. Each retry is reported to the caller's
+:class:`~agents.backends.base.CallReport` (the agent's ``retries_*`` stats).
+
+Under a :class:`~agents.backends.pool.ClientPool` (an agent whose ``limiter`` is a pool), async
+requests use the pool's shared client for this endpoint and take a pool slot per HTTP attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import email.utils
 import ipaddress
 import logging
 import os
@@ -32,10 +42,12 @@ from functools import lru_cache
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import numpy as np
 import openai
 from openai.types.chat import ChatCompletion
 
-from agents.backends.base import BackendError, Completion
+from agents.backends.base import BackendError, Completion, current_report
+from agents.backends.pool import ClientPool, active_pool, close_at_loop_shutdown
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +92,47 @@ def aiohttp_available() -> bool:
     return hasattr(openai, "DefaultAioHttpClient")
 
 
-async def _close_at_loop_shutdown(client: openai.AsyncOpenAI) -> AsyncGenerator[None, None]:
-    """Suspended on its first ``yield``; the loop's async-generator shutdown closes the client."""
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            await client.close()
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the server asked to wait (``retry-after-ms``, or ``retry-after`` in seconds or as
+    an HTTP date), or None."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) / scale)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    when = email.utils.parsedate_tz(value) if value else None
+    if when is None:
+        return None
+    return max(0.0, email.utils.mktime_tz(when) - time.time())
+
+
+def retry_reason(exc: BaseException) -> str | None:
+    """Why a failed request may be retried (``rate_limited``, ``server_error``, ``connection``),
+    or None: other 4xx statuses, timeouts and ``x-should-retry: false`` are final."""
+    if isinstance(exc, openai.APIStatusError):
+        if str(exc.response.headers.get("x-should-retry", "")).lower() == "false":
+            return None
+        if exc.status_code == 429:
+            return "rate_limited"
+        return "server_error" if exc.status_code >= 500 else None
+    if isinstance(exc, openai.APITimeoutError):  # aiohttp reports a refused connection as a timeout
+        return "connection" if _connection_failure(exc) is not None else None
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    return None
+
+
+class _GiveUp(Exception):  # noqa: N818 - internal: a final error plus why it was not retried
+    def __init__(self, error: BaseException, note: str) -> None:
+        super().__init__(note)
+        self.error, self.note = error, note
 
 
 def _connection_failure(exc: BaseException) -> str | None:
@@ -105,8 +151,11 @@ def _connection_failure(exc: BaseException) -> str | None:
 class OpenAIBackend:
     """Chat completions on an OpenAI-compatible server (see the module docstring).
 
-    ``timeout`` is per request in seconds; ``max_retries`` is the client's own retry budget for
-    timeouts, connection errors, 429 and 5xx (0 makes failures surface at once). ``http_client``
+    ``timeout`` is per request in seconds. ``max_retries``: retries of one call after HTTP 429,
+    5xx or a connection failure (0 makes failures surface at once); the waits grow as
+    ``backoff_base * 2**n`` capped at ``backoff_max``, jittered to [50%, 100%] by a Generator
+    seeded with ``retry_seed``, never below the server's Retry-After, and a call gives up once
+    its backoff would exceed ``max_retry_wait`` seconds in total. ``http_client``
     picks the async transport: ``"httpx"`` (the client's default), ``"aiohttp"`` (needs the
     ``aiohttp`` package) or ``"auto"`` (aiohttp when it is installed, since it costs less CPU per
     request; otherwise httpx; see ``docs/llm-seats.md`` for the measurement). The sync client
@@ -120,11 +169,15 @@ class OpenAIBackend:
         base_url: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
         timeout: float = 30.0,
-        max_retries: int = 2,
+        max_retries: int = 4,
         response_format: ResponseFormat = "json_schema",
         http_client: HttpClient = "auto",
         params: dict[str, Any] | None = None,
         organization_env: str | None = None,
+        max_retry_wait: float = 60.0,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+        retry_seed: int = 0,
     ) -> None:
         if response_format not in RESPONSE_FORMATS:
             raise ValueError(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}")
@@ -132,11 +185,17 @@ class OpenAIBackend:
             raise ValueError(f"http_client must be auto, httpx or aiohttp, got {http_client!r}")
         if not model:
             raise ValueError("model is required (e.g. model=gpt-4o-mini)")
+        if int(max_retries) < 0 or float(max_retry_wait) < 0 or float(backoff_base) < 0 or float(backoff_max) < 0:
+            raise ValueError("max_retries, max_retry_wait, backoff_base and backoff_max cannot be negative")
         self.model = model
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.api_key_env = api_key_env
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
+        self.max_retry_wait = float(max_retry_wait)
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self._rng = np.random.default_rng(retry_seed)  # backoff jitter only: no global RNG
         self.response_format: ResponseFormat = response_format
         self.requested_format: ResponseFormat = response_format
         self.http_client = http_client
@@ -171,7 +230,7 @@ class OpenAIBackend:
             "api_key": self._api_key(),
             "base_url": self.base_url,
             "timeout": self.timeout,
-            "max_retries": self.max_retries,
+            "max_retries": 0,  # every retry is ours (counted, Retry-After honoured)
         }
         if self.organization_env and os.environ.get(self.organization_env):
             kwargs["organization"] = os.environ[self.organization_env]
@@ -190,20 +249,31 @@ class OpenAIBackend:
         # measured: aiohttp costs ~25% less client CPU per request than httpx at concurrency 32
         return self.http_client == "aiohttp" or (self.http_client == "auto" and aiohttp_available())
 
-    async def _async_client(self) -> openai.AsyncOpenAI:
+    def _new_async_client(self) -> openai.AsyncOpenAI:
+        kwargs = self._client_kwargs()
+        if self._uses_aiohttp():
+            try:
+                kwargs["http_client"] = openai.DefaultAioHttpClient()
+            except (AttributeError, RuntimeError, ImportError):
+                if self.http_client == "aiohttp":
+                    raise BackendError("http_client=aiohttp needs the aiohttp package (pip install aiohttp)") from None
+        return openai.AsyncOpenAI(**kwargs)
+
+    @property
+    def endpoint(self) -> str:
+        """The server this backend talks to (the unit of a pool's per-endpoint limit)."""
+        return self.base_url or "https://api.openai.com/v1"
+
+    async def _async_client(self, pool: ClientPool | None = None) -> openai.AsyncOpenAI:
+        if pool is not None:  # one client per (server, key variable, transport), shared
+            key = (self.endpoint, self.api_key_env, self.organization_env, self._uses_aiohttp())
+            return await pool.client(key, self._new_async_client)
         loop = asyncio.get_running_loop()
         client = self._aclients.get(loop)
         if client is None:
-            kwargs = self._client_kwargs()
-            if self._uses_aiohttp():
-                try:
-                    kwargs["http_client"] = openai.DefaultAioHttpClient()
-                except (AttributeError, RuntimeError, ImportError):
-                    if self.http_client == "aiohttp":
-                        raise BackendError("http_client=aiohttp needs the aiohttp package (pip install aiohttp)") from None
-            client = self._aclients[loop] = openai.AsyncOpenAI(**kwargs)
+            client = self._aclients[loop] = self._new_async_client()
             # close it when the loop shuts down (asyncio.run finalises async generators first)
-            closer = _close_at_loop_shutdown(client)
+            closer = close_at_loop_shutdown(client.close)
             await closer.__anext__()
             self._closers[loop] = closer
         return client
@@ -248,12 +318,36 @@ class OpenAIBackend:
         text = f"{exc.message} {exc.body}".lower()
         return any(word in text for word in _FORMAT_WORDS)
 
-    def _downgrade(self, exc: openai.APIStatusError, fmt: str, schema: dict[str, Any] | None) -> str:
-        """After a rejected response_format, switch to "none" for good; other errors re-raise."""
-        if not self._format_unsupported(exc, fmt, schema):
-            raise exc
-        self._fall_back_to_none()
-        return "none"
+    def _after_error(self, exc: Exception, fmt: str, schema: dict[str, Any] | None, retries: int,
+                     waited: float) -> tuple[str, float | None]:
+        """After a failed attempt: (format for the next attempt, seconds of backoff before it).
+
+        A rejected response format switches to "none" for good and is repeated at once; a
+        retryable error waits its backoff; anything else raises (``_GiveUp`` with the reason).
+        """
+        if isinstance(exc, openai.APIStatusError) and self._format_unsupported(exc, fmt, schema):
+            self._fall_back_to_none()
+            return "none", None  # repeated at once, and not a retry
+        reason = retry_reason(exc)
+        if reason is None:
+            raise _GiveUp(exc, f" (after {retries} retries)" if retries else "")
+        if retries >= self.max_retries:
+            raise _GiveUp(exc, f" (gave up after {retries} retries, {waited:.1f}s of backoff)"
+                          if retries else "")
+        backoff = min(self.backoff_max, self.backoff_base * 2.0 ** retries)
+        delay = float(self._rng.uniform(0.5 * backoff, backoff)) if backoff > 0 else 0.0
+        after = retry_after(exc)
+        if after is not None:
+            delay = max(delay, after)  # never sooner than the server asked
+        if waited + delay > self.max_retry_wait:
+            asked = f"Retry-After {after:g}s" if after is not None and after >= delay else f"backoff {delay:.1f}s"
+            raise _GiveUp(exc, f" (not retried: {asked} would exceed max_retry_wait={self.max_retry_wait:g}s"
+                               f" after {retries} retries)")
+        report = current_report()
+        if report is not None:
+            report.retried(reason, delay)
+        log.debug("model %s: %s, retry %d in %.2fs", self.model, reason, retries + 1, delay)
+        return fmt, delay
 
     def _fall_back_to_none(self) -> None:
         self.response_format = "none"
@@ -308,18 +402,24 @@ class OpenAIBackend:
         error: str | None = None
         try:
             client = self._sync_client()
-            fmt = self.response_format
-            for _ in range(2):
+            fmt, retries, waited = self.response_format, 0, 0.0
+            while True:
                 start = time.perf_counter()
                 try:
-                    response = client.post(_PATH, cast_to=ChatCompletion, body=self._request(messages, schema, params, fmt))
-                except openai.APIStatusError as exc:
-                    fmt = self._downgrade(exc, fmt, schema)  # re-raises unless the format was refused
-                    continue
-                return self._completion(response, time.perf_counter() - start, fmt)
+                    response = client.post(_PATH, cast_to=ChatCompletion, options=self._options(),
+                                           body=self._request(messages, schema, params, fmt))
+                    return self._completion(response, time.perf_counter() - start, fmt)
+                except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                    failed = exc
+                fmt, delay = self._after_error(failed, fmt, schema, retries, waited)
+                if delay is not None:
+                    retries, waited = retries + 1, waited + delay
+                    time.sleep(delay)
         except BackendError:
             raise
-        except Exception as exc:  # mapped below, outside the handler, so no chained context
+        except _GiveUp as stop:  # mapped outside the handler, so no chained context
+            error = self._describe(stop.error) + stop.note
+        except Exception as exc:
             error = self._describe(exc)
         raise BackendError(error or f"model {self.model}: no response")
 
@@ -327,23 +427,43 @@ class OpenAIBackend:
         self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion:
         error: str | None = None
+        pool = active_pool()
+        report = current_report()
         try:
-            client = await self._async_client()
-            fmt = self.response_format
-            for _ in range(2):
+            client = await self._async_client(pool)
+            fmt, retries, waited = self.response_format, 0, 0.0
+            while True:
                 start = time.perf_counter()
                 try:
-                    response = await client.post(_PATH, cast_to=ChatCompletion,
-                                                 body=self._request(messages, schema, params, fmt))
-                except openai.APIStatusError as exc:
-                    fmt = self._downgrade(exc, fmt, schema)  # re-raises unless the format was refused
-                    continue
-                return self._completion(response, time.perf_counter() - start, fmt)
+                    body = self._request(messages, schema, params, fmt)
+                    if pool is None:
+                        response = await client.post(_PATH, cast_to=ChatCompletion, body=body,
+                                                     options=self._options())
+                    else:
+                        async with pool.slot(self.endpoint) as queued:  # one slot per attempt
+                            if report is not None:
+                                report.queued_s += queued
+                            start = time.perf_counter()
+                            response = await client.post(_PATH, cast_to=ChatCompletion, body=body,
+                                                         options=self._options())
+                    return self._completion(response, time.perf_counter() - start, fmt)
+                except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                    failed = exc
+                fmt, delay = self._after_error(failed, fmt, schema, retries, waited)
+                if delay is not None:
+                    retries, waited = retries + 1, waited + delay
+                    await asyncio.sleep(delay)  # backoff holds no pool slot
         except BackendError:
             raise
+        except _GiveUp as stop:
+            error = self._describe(stop.error) + stop.note
         except Exception as exc:
             error = self._describe(exc)
         raise BackendError(error or f"model {self.model}: no response")
+
+    def _options(self) -> dict[str, Any]:
+        # per request: a shared pool client may have been built by a backend with another timeout
+        return {"timeout": self.timeout, "max_retries": 0}
 
     def __repr__(self) -> str:
         return (f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r}, "

@@ -1,0 +1,158 @@
+"""The runner's path for runs with LLM seats: episodes as asyncio tasks in this process.
+
+A process pool plays one episode per worker with blocking model calls, so a model server sees at
+most ``workers`` requests at a time. Here up to ``max_episodes`` episodes are in flight as tasks
+of one event loop, and all their LLM seats share one
+:class:`~agents.backends.pool.ClientPool` (one client per endpoint; ``max_in_flight`` requests in
+flight in all, ``per_endpoint`` per server), so one vLLM server is kept busy by many episodes.
+
+Each finished episode is handed to ``finished(index, (seed, rows, round_log, error))``, the same
+callback the process pool feeds, so run folders, transcripts and resuming work the same way and
+rows are identical (only wall-time stats differ).
+
+A :class:`~agents.backends.pool.Budget` is charged with every completion's tokens. Once it is
+spent no new episode starts; the episodes in flight finish and are recorded. The budget then
+says what was spent and how many episodes were not started (:meth:`Budget.message`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from agents.backends.pool import Budget, ClientPool
+from market.rollout import arun_episode
+
+Job = tuple[int, tuple[Any, ...]]
+Finished = Callable[[int, tuple[int, Any, Any, str | None]], None]
+#: defaults of ``gpumarket run``: requests in flight in all, and episodes in flight per request slot
+DEFAULT_MAX_IN_FLIGHT = 16
+EPISODES_PER_SLOT = 2
+
+
+@dataclass
+class AsyncOutcome:
+    """What :func:`run_jobs_async` did: episodes finished and not started, and the pool's counters."""
+
+    finished: int = 0
+    not_started: int = 0
+    budget_stopped: bool = False
+    seconds: float = 0.0
+    pool: dict[str, Any] = field(default_factory=dict)
+    peak_episodes: int = 0
+
+
+def is_llm_spec(spec: Any) -> bool:
+    """True for an LLM seat spec (``llm:PROVIDER?...`` or ``llm?...``)."""
+    return isinstance(spec, str) and spec.strip().startswith(("llm:", "llm?"))
+
+
+def llm_models(seat_specs: Sequence[Any]) -> set[str]:
+    """The ``model=`` of every LLM seat spec among ``seat_specs``."""
+    models = set()
+    for spec in seat_specs:
+        if is_llm_spec(spec):
+            model = dict(parse_qsl(spec.partition("?")[2])).get("model")
+            if model:
+                models.add(model)
+    return models
+
+
+async def _aplay(job: tuple[Any, ...], pool: ClientPool, budget: Budget | None
+                 ) -> tuple[int, list[dict[str, Any]] | None, list[Any], str | None]:
+    """One episode -> (seed, rows, round log, error), as ``market.runner._play`` does in a worker."""
+    from market.runner import episode_rows
+
+    scenario, seed, seats, transcript, digest_every, config = job
+    try:
+        # no agent_timeout: as in the process pool, the backend's timeout and retry bounds apply,
+        # so the same seeds give the same rows on both paths
+        result = await arun_episode(scenario, seed, seats, limiter=pool, budget=budget, agent_timeout=None,
+                                    transcript=transcript, digest_every=digest_every)
+    except Exception as exc:  # an env or agent-construction bug: report it, keep the run going
+        return seed, None, [], f"{type(exc).__name__}: {exc}"[:1000]
+    return seed, episode_rows(result, config), result.round_log, None
+
+
+def _check_prices(jobs: Sequence[Job], budget: Budget | None) -> None:
+    """A cost limit needs a price for every LLM seat's model, else it could never be reached."""
+    if budget is None or budget.max_cost_usd is None:
+        return
+    models = llm_models([spec for _, job in jobs for spec in dict(job[2] or {}).values()])
+    missing = sorted(m for m in models if budget.price(m) is None)
+    if missing:
+        from market.runner import RunConfigError
+
+        raise RunConfigError(
+            f"a cost budget needs a price for every LLM model; none for {', '.join(missing)}: give "
+            f"--price {missing[0]}=IN,OUT (USD per million prompt and completion tokens)")
+
+
+def run_jobs_async(
+    jobs: Sequence[Job],
+    finished: Finished,
+    *,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    per_endpoint: int | None = None,
+    max_episodes: int | None = None,
+    budget: Budget | None = None,
+    pool: ClientPool | None = None,
+) -> AsyncOutcome:
+    """Play ``jobs`` (``(index, (scenario, seed, seats, transcript, digest_every, config))``) as
+    asyncio tasks, at most ``max_episodes`` at a time (default ``2 * max_in_flight``), calling
+    ``finished(index, outcome)`` as each ends.
+
+    ``max_in_flight``/``per_endpoint``: the limits of the shared client pool (or pass ``pool``).
+    ``budget``: stop starting episodes once it is spent; it records ``stopped``, ``finished``
+    and ``not_started`` for its :meth:`~agents.backends.pool.Budget.message`.
+    Ctrl-C cancels the episodes in flight (their transcripts end ``aborted``) and re-raises
+    ``KeyboardInterrupt``; every episode already handed to ``finished`` is kept.
+    """
+    _check_prices(jobs, budget)
+    pool = pool if pool is not None else ClientPool(max_in_flight, per_endpoint)
+    limit = max(1, int(max_episodes) if max_episodes is not None else EPISODES_PER_SLOT * pool.max_in_flight)
+    outcome = AsyncOutcome()
+    began = time.perf_counter()
+    queue = deque(jobs)
+
+    async def main() -> None:
+        running: dict[asyncio.Task[Any], int] = {}
+        try:
+            while queue or running:
+                while queue and len(running) < limit and not (budget is not None and budget.exhausted):
+                    index, job = queue.popleft()
+                    running[asyncio.create_task(_aplay(job, pool, budget))] = index
+                outcome.peak_episodes = max(outcome.peak_episodes, len(running))
+                if not running:
+                    break  # the budget is spent and nothing is in flight
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    index = running.pop(task)
+                    finished(index, task.result())
+                    outcome.finished += 1
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+            await pool.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        outcome.seconds = time.perf_counter() - began
+        outcome.not_started = len(queue)
+        outcome.pool = pool.snapshot()
+        if budget is not None:
+            budget.finished += outcome.finished
+            budget.not_started = outcome.not_started
+            budget.stopped = budget.exhausted and outcome.not_started > 0
+    return outcome
+
+
+__all__ = ["AsyncOutcome", "is_llm_spec", "llm_models", "run_jobs_async"]
