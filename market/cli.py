@@ -20,7 +20,9 @@ EXAMPLES = {
     "eval": "gpumarket eval --agents rule_expert,truthful,random_valid "
             "--scenarios single_trade,market_round --seat bidder_0 --seeds 0:20 --out runs/eval\n"
             "         gpumarket eval --mechanisms --scenario mechanism_stage_4 --seeds 0:30",
-    "bench": "gpumarket bench --seconds 2",
+    "bench": "gpumarket bench --json bench.json   (later: gpumarket bench --compare bench.json)\n"
+             "         gpumarket bench --only clearing,memory --quick\n"
+             "         gpumarket bench --compare old.json new.json --threshold 0.2",
     "validate": "gpumarket validate my_scenario.toml",
     "agents": "gpumarket agents",
     "report": "gpumarket report runs/market_round/ -o report.html",
@@ -139,10 +141,31 @@ def _parser() -> argparse.ArgumentParser:
                     help="with --mechanisms: skip the deviation (incentive) check")
     add_backend(ev)
 
-    bench = add("bench", "Measure AEC steps/s per built-in scenario and clearing time of a 1,000-bidder, 10,000-block market.")
-    bench.add_argument("--seconds", type=float, default=2.0, help="time per scenario (default 2)")
-    bench.add_argument("--scenario", action="append", help="only these scenarios (repeatable)")
-    bench.add_argument("--json", type=Path, help="also write the figures as JSON")
+    bench = add("bench", "Benchmark this machine: AEC steps/s per scenario, episodes/s with 1, 2 "
+                         "and all cores and on Ray, clearing time against market size (10 to "
+                         "10,000 bidders) with its growth exponent, memory per live env, "
+                         "transcript overhead, LLM decisions/s at concurrency 1/8/32 (fake server "
+                         "unless --llm-base-url). --json writes the figures; --compare OLD.json "
+                         "flags metrics > --threshold worse (exit 1). See docs/benchmarks.md.")
+    from market.bench import DEFAULT_THRESHOLD, SECTIONS, parse_sections
+
+    bench.add_argument("--seconds", type=float, default=2.0,
+                       help="time per scenario and per transcript variant (default 2)")
+    bench.add_argument("--scenario", action="append", help="steps: only these scenarios (repeatable)")
+    bench.add_argument("--only", type=parse_sections, metavar="S1,S2",
+                       help=f"only these sections: {','.join(SECTIONS)} (default: all)")
+    bench.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run for CI")
+    bench.add_argument("--json", type=Path, help="write the figures (and machine info) as JSON")
+    bench.add_argument("--compare", nargs="+", metavar="FILE",
+                       help="OLD.json: compare this run with it; OLD.json NEW.json: compare two "
+                            "files without running")
+    bench.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                       help="flag a metric worse by more than this fraction (default 0.2)")
+    bench.add_argument("--llm-base-url", help="llm: an OpenAI-compatible server (…/v1) instead "
+                                              "of the fake one")
+    bench.add_argument("--llm-model", default="fake-model", help="llm: the model name to request")
+    bench.add_argument("--llm-latency-ms", type=float, default=None,
+                       help="llm: the fake server's fixed latency (default 50; 5 with --quick)")
 
     validate = add("validate", "Validate scenario files (or built-in names) and report every problem.")
     validate.add_argument("scenarios", nargs="+")
@@ -369,13 +392,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from market.bench import print_bench, run_bench
+    from market.bench import bench_command
 
-    report = run_bench(args.seconds, args.scenario)
-    print_bench(report)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1, default=str))
-    return 0
+    return bench_command(args)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
