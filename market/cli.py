@@ -29,6 +29,10 @@ EXAMPLES = {
     "show": "gpumarket show runs/market_round/transcripts/0.jsonl --round 2",
     "replay": "gpumarket replay runs/market_round/transcripts/0.jsonl   (or a folder: "
               "runs/market_round)",
+    "export-sft": "gpumarket export-sft runs/market_round -o sft.jsonl --seat bidder_0 "
+                  "--valid-only --min-return 0.5\n"
+                  "         gpumarket export-sft runs/market_round --include-scripted "
+                  "--agent rule_expert -o distil.jsonl",
     "tournament": "gpumarket tournament --bidders rule_expert,truthful,random_valid "
                   "--designers fixed,rule_designer --scenario market_round --seeds 0:10 "
                   "--out runs/tournament\n  (rerun the same command to resume an interrupted run)",
@@ -225,6 +229,32 @@ def _parser() -> argparse.ArgumentParser:
     tour.add_argument("--max-matches", default=None, metavar="N",
                       help="stop after N new matches (rerun to continue)")
     add_backend(tour)
+
+    sft = add("export-sft", "Export the LLM decisions of transcripts as a chat-format SFT "
+                            "dataset (JSONL: messages = system, user, assistant; metadata = "
+                            "file, seed, step, seat, agent, rewards...). See "
+                            "docs/training-data.md.")
+    sft.add_argument("transcripts", nargs="+", type=Path, metavar="TRANSCRIPT",
+                     help="transcript files, folders of *.jsonl, or run folders")
+    sft.add_argument("-o", "--output", type=Path, required=True, help="the JSONL file to write")
+    sft.add_argument("--seat", action="append", default=[],
+                     help="only this seat's decisions (repeatable)")
+    sft.add_argument("--agent", default=None, metavar="GLOB",
+                     help="only seats whose recorded agent spec matches (e.g. 'llm:*')")
+    sft.add_argument("--phase", action="append", default=[],
+                     choices=("design", "negotiation", "bidding"),
+                     help="only decisions in this phase (repeatable)")
+    sft.add_argument("--min-reward", type=float, default=None,
+                     help="only decisions whose step reward is at least this")
+    sft.add_argument("--min-return", type=float, default=None,
+                     help="only decisions of seats whose episode return is at least this")
+    sft.add_argument("--valid-only", action="store_true",
+                     help="only decisions that parsed without fallback and that the env accepted")
+    sft.add_argument("--include-scripted", action="store_true",
+                     help="also export scripted seats' decisions as the prompt an LLM seat would "
+                          "see plus the action JSON (for distilling a scripted agent)")
+    sft.add_argument("--partial", action="store_true",
+                     help="export the complete steps of a cut or aborted transcript")
     return parser
 
 
@@ -425,6 +455,12 @@ def _cmd_agents(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export_sft(args: argparse.Namespace) -> int:
+    from market.training_data import run_export_cli
+
+    return run_export_cli(args)
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from market.replay import run_cli
 
@@ -548,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"run": _cmd_run, "eval": _cmd_eval, "bench": _cmd_bench, "validate": _cmd_validate, "agents": _cmd_agents,
                "replay": _cmd_replay,
                "report": _cmd_report, "show": _cmd_show,
-               "tournament": _cmd_tournament}[args.command]
+               "tournament": _cmd_tournament, "export-sft": _cmd_export_sft}[args.command]
     try:
         return handler(args)
     except ScenarioError as exc:
