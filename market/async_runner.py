@@ -89,8 +89,8 @@ def _check_prices(jobs: Sequence[Job], budget: Budget | None) -> None:
         from market.runner import RunConfigError
 
         raise RunConfigError(
-            f"a cost budget needs a price for every LLM model; none for {', '.join(missing)}: give "
-            f"--price {missing[0]}=IN,OUT (USD per million prompt and completion tokens)")
+            f"a cost budget needs a price for every LLM model: no price for {', '.join(missing)}; "
+            f"give --price {missing[0]}=IN,OUT (USD per million prompt and completion tokens)")
 
 
 def run_jobs_async(
@@ -155,4 +155,43 @@ def run_jobs_async(
     return outcome
 
 
-__all__ = ["AsyncOutcome", "is_llm_spec", "llm_models", "run_jobs_async"]
+# ------------------------------------------------------------------------------------- command line
+
+
+def add_llm_arguments(parser: Any) -> None:
+    """The LLM-scale options of ``gpumarket run`` (an ``argparse`` parser)."""
+    group = parser.add_argument_group(
+        "LLM seats", "runs with an llm: seat play their episodes as asyncio tasks in this process, "
+                     "sharing one client pool (see docs/llm-seats.md)")
+    group.add_argument("--max-in-flight", type=int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
+                       help=f"model requests in flight in all (default {DEFAULT_MAX_IN_FLIGHT})")
+    group.add_argument("--per-endpoint", type=int, default=None, metavar="N",
+                       help="model requests in flight per server (default: --max-in-flight)")
+    group.add_argument("--episodes-in-flight", type=int, default=None, metavar="N",
+                       help=f"episodes played at once (default {EPISODES_PER_SLOT} x --max-in-flight)")
+    group.add_argument("--budget-tokens", type=int, default=None, metavar="N",
+                       help="start no new episode once the run used N model tokens")
+    group.add_argument("--budget-usd", type=float, default=None, metavar="X",
+                       help="start no new episode once the run cost X USD (needs --price)")
+    group.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT",
+                       help="USD per million prompt and completion tokens of MODEL (repeatable; "
+                            "no prices are built in)")
+
+
+def llm_options(args: Any) -> dict[str, Any]:
+    """``run_jobs_async`` keyword arguments from parsed :func:`add_llm_arguments` options.
+    Raises ``ValueError`` with a one-line message for a bad value."""
+    for flag, value in (("--max-in-flight", args.max_in_flight), ("--per-endpoint", args.per_endpoint),
+                        ("--episodes-in-flight", args.episodes_in_flight),
+                        ("--budget-tokens", args.budget_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} {value}: give at least 1")
+    if args.budget_usd is not None and not args.budget_usd > 0:
+        raise ValueError(f"--budget-usd {args.budget_usd}: give an amount above 0")
+    budget = Budget.from_options(args.budget_tokens, args.budget_usd, list(args.price))
+    return {"max_in_flight": args.max_in_flight, "per_endpoint": args.per_endpoint,
+            "max_episodes": args.episodes_in_flight, "budget": budget}
+
+
+__all__ = ["AsyncOutcome", "add_llm_arguments", "is_llm_spec", "llm_models", "llm_options",
+           "run_jobs_async"]

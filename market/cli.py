@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="discard what OUT/<scenario> holds and start over (default: resume)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_backend(run)
+    from market.async_runner import add_llm_arguments
+
+    add_llm_arguments(run)
 
     ev = add("eval", "Evaluate agents in one seat across scenarios: a table of the seat's mean "
                      "return +/- 95% CI per agent x scenario (other seats keep each scenario's "
@@ -271,11 +274,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"gpumarket run: --workers {args.workers}: give at least 1", file=sys.stderr)
         return 2
     out = args.out / scenario.name
+    from market.async_runner import llm_options
+
+    try:
+        llm = llm_options(args)
+    except ValueError as exc:
+        print(f"gpumarket run: {exc}", file=sys.stderr)
+        return 2
     try:
         summary = run_scenario(scenario, args.seeds, dict(args.seat), out, workers=args.workers,
                                transcripts=not args.no_transcripts,
                                progress=not args.no_progress, fresh=args.fresh,
-                               backend=args.backend, address=args.address)
+                               backend=args.backend, address=args.address, llm=llm)
     except RunConfigError as exc:
         print(f"gpumarket run: {exc}", file=sys.stderr)
         return 2
@@ -325,6 +335,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"transcripts: {out / 'transcripts'}/<seed>.jsonl ({len(transcripts)} file(s)); "
               f"verify with: gpumarket replay {out}")
         print(f"report: {Path(report).resolve().as_uri()}")
+    if llm["budget"] is not None:  # what the run spent, and whether the budget stopped it
+        print(f"gpumarket run: {llm['budget'].message()}", file=sys.stderr)
     for seed, error in sorted(summary.failed.items()):
         print(f"gpumarket run: episode seed {seed} failed: {error}", file=sys.stderr)
     return 1 if summary.failed else 0

@@ -50,6 +50,7 @@ class Reply:
     completion_tokens: int | None = None
     match: str | None = None
     retry: bool = False  # for error statuses: x-should-retry header for the client
+    headers: dict[str, str] = field(default_factory=dict)  # extra response headers (Retry-After...)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Recorded:
     completion_tokens: int = 0
     scripted: bool = False
     delay: float = 0.0  # a client with a shorter timeout never saw this answer
+    at: float = 0.0  # time.monotonic() when the request arrived
     messages_text: str = field(default="", repr=False)
 
 
@@ -190,7 +192,7 @@ class FakeOpenAIServer:
 
     def _answer(self, path: str, body: dict[str, Any], bearer: str | None) -> tuple[int, dict[str, Any], dict[str, str], float]:
         text = _messages_text(body)
-        rec = Recorded(path=path, body=body, messages_text=text,
+        rec = Recorded(path=path, body=body, messages_text=text, at=time.monotonic(),
                        bearer_sha256=hashlib.sha256(bearer.encode()).hexdigest() if bearer else None)
         fmt = (body.get("response_format") or {}).get("type")
         reply = None if (self.reject_json_schema and fmt == "json_schema") else self._take(text)
@@ -205,6 +207,7 @@ class FakeOpenAIServer:
             status = reply.status
             payload = {"error": {"message": reply.error, "type": "server_error", "code": status}}
             headers["x-should-retry"] = "true" if reply.retry else "false"
+            headers.update(reply.headers)
         else:
             status = 200
             content = reply.content if reply is not None and reply.content is not None else self.policy(body)
