@@ -437,33 +437,45 @@ def section_memory(config: BenchConfig) -> SectionResult:
 # -------------------------------------------------------------------------------- transcript
 
 
-def transcript_rate(scenario: str, seconds: float, folder: Path | None,
-                    digest_every: int = 1) -> dict[str, float]:
-    """Steps/s of episodes (one reused env, at least 3 episodes) recording a transcript per
-    episode into ``folder`` (None: no transcript), and transcript bytes per step."""
+def transcript_rates(scenario: str, seconds: float, variants: dict[str, tuple[Path | None, int]],
+                     slices: int = 5) -> dict[str, dict[str, float]]:
+    """Steps/s of each variant ``name -> (folder or None for no transcript, digest_every)``,
+    and its transcript bytes per step. Each variant plays episodes (seeds 0, 1, ... on one
+    reused env, a transcript per episode in its folder) for ``seconds`` in total, cut into
+    ``slices`` turns that alternate between the variants, so a change of load from other
+    processes hits them alike rather than biasing the overhead."""
     from market.environment import raw_env
     from market.rollout import run_episode
 
     env = raw_env(scenario)
     run_episode(scenario, 0, env=env)  # warm-up
-    steps = episodes = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds or episodes < 3:
-        steps += run_episode(scenario, episodes, env=env, transcript=folder,
-                             digest_every=digest_every).steps
-        episodes += 1
-    elapsed = time.perf_counter() - start
-    size = sum(p.stat().st_size for p in folder.glob("*.jsonl")) if folder else 0
-    return {"steps_per_s": steps / elapsed, "bytes_per_step": size / steps, "episodes": episodes}
+    totals = {name: {"steps": 0, "episodes": 0, "seconds": 0.0} for name in variants}
+    for _ in range(max(1, slices)):
+        for name, (folder, every) in variants.items():
+            acc, start = totals[name], time.perf_counter()
+            played = 0
+            while time.perf_counter() - start < seconds / slices or played < 1:
+                acc["steps"] += run_episode(scenario, int(acc["episodes"]), env=env,
+                                            transcript=folder, digest_every=every).steps
+                acc["episodes"] += 1
+                played += 1
+            acc["seconds"] += time.perf_counter() - start
+    out = {}
+    for name, (folder, _) in variants.items():
+        acc = totals[name]
+        size = sum(p.stat().st_size for p in folder.glob("*.jsonl")) if folder else 0
+        out[name] = {"steps_per_s": acc["steps"] / acc["seconds"],
+                     "bytes_per_step": size / acc["steps"], "episodes": int(acc["episodes"])}
+    return out
 
 
 def section_transcript(config: BenchConfig) -> SectionResult:
     name, every = config.transcript_scenario, config.digest_every
     result = SectionResult(details={"scenario": name})
     with tempfile.TemporaryDirectory(prefix="gpumarket-bench-tr-") as tmp:
-        variants = {"none": transcript_rate(name, config.seconds, None),
-                    "digest_1": transcript_rate(name, config.seconds, Path(tmp) / "d1", 1),
-                    f"digest_{every}": transcript_rate(name, config.seconds, Path(tmp) / "dn", every)}
+        variants = transcript_rates(name, config.seconds, {
+            "none": (None, 1), "digest_1": (Path(tmp) / "d1", 1),
+            f"digest_{every}": (Path(tmp) / "dn", every)})
     base = variants["none"]["steps_per_s"]
     for variant, row in variants.items():
         result.metrics.append(metric(f"transcript.{name}.{variant}.steps_per_s", row["steps_per_s"],
@@ -524,8 +536,10 @@ def _llm_levels(config: BenchConfig, url: str) -> list[dict[str, Any]]:
         # about the same wall time per level: more decisions where more run at once
         decisions = max(2 * config.llm_decisions_per_slot, config.llm_decisions_per_slot * c)
         rows.extend(run_llm_bench(url, (c,), decisions, model=config.llm_model))
-    for r in rows:
+    for r in rows:  # each level ran alone: relative to the first level, not to itself
         r["speedup"] = r["decisions_per_s"] / rows[0]["decisions_per_s"]
+        base = rows[0]["answered_per_s"]
+        r["answered_speedup"] = r["answered_per_s"] / base if base else None
     return rows
 
 
