@@ -34,6 +34,7 @@ from agents.scripted import (
     RandomValidBidder,
     TruthfulBidder,
 )
+from agents.torch_policy import TorchPolicyAgent
 
 REGISTRY: dict[str, Callable[..., BaseAgent]] = {
     cls.name: cls
@@ -42,6 +43,9 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
                 ShaderBidder, ColluderBidder, DropoutBidder, ExploiterBidder, GreedyHoarder,
                 NoNegotiationBidder, RuleExpert, RuleDesigner)
 }
+# agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not
+# in REGISTRY, whose agents all play with no parameters (sweeps and tournaments rely on that)
+WITH_PARAMS: dict[str, Callable[..., BaseAgent]] = {TorchPolicyAgent.name: TorchPolicyAgent}
 
 
 class AgentSpecError(ValueError):
@@ -52,7 +56,7 @@ ENTRY_POINT_GROUP = "gpumarket.agents"
 SPEC_HELP = (
     "a spec is NAME or NAME?key=value&key=value (NAME: a registered agent or a plug-in from the "
     "'gpumarket.agents' entry-point group), py:package.module:ClassName?..., "
-    "llm:openai?model=...&base_url=..., or llm:hf?path=..."
+    "llm:openai?model=...&base_url=..., llm:hf?path=..., or torch_policy?path=CHECKPOINT"
 )
 
 
@@ -105,6 +109,8 @@ def _resolve(name: str) -> Callable[..., BaseAgent]:
         return _load_py(name[3:])
     if name in REGISTRY:
         return REGISTRY[name]
+    if name in WITH_PARAMS:
+        return WITH_PARAMS[name]
     found = plugins().get(name)
     if found is not None:
         try:

@@ -23,6 +23,9 @@ EXAMPLES = {
     "bench": "gpumarket bench --json bench.json   (later: gpumarket bench --compare bench.json)\n"
              "         gpumarket bench --only clearing,memory --quick\n"
              "         gpumarket bench --compare old.json new.json --threshold 0.2",
+    "train": "gpumarket train --scenario market_round --seat bidder_0 --episodes 3000 "
+             "--out runs/train\n  (then: gpumarket run market_round --seeds 0:20 "
+             "--seat bidder_0=torch_policy?path=runs/train/policy.pt)",
     "validate": "gpumarket validate my_scenario.toml",
     "agents": "gpumarket agents",
     "report": "gpumarket report runs/market_round/ -o report.html",
@@ -173,6 +176,24 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--llm-model", default="fake-model", help="llm: the model name to request")
     bench.add_argument("--llm-latency-ms", type=float, default=None,
                        help="llm: the fake server's fixed latency (default 50; 5 with --quick)")
+
+    tr = add("train", "Train a small torch policy (REINFORCE with a baseline) for one seat "
+                      "against the scenario's scripted population; save it, its learning "
+                      "curve and a paired evaluation vs random_valid and rule_expert. "
+                      "Needs torch (pip install 'gpumarket[hf]'). See docs/rl.md.")
+    tr.add_argument("--scenario", default="market_round", help="built-in name or TOML path")
+    tr.add_argument("--seat", default="bidder_0", help="the seat to train (default bidder_0)")
+    tr.add_argument("--episodes", type=int, default=None,
+                    help="training episodes (default 3000 unless --seconds is given)")
+    tr.add_argument("--seconds", type=float, default=None, help="training time budget")
+    tr.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    tr.add_argument("--batch", type=int, default=16, help="episodes per update (default 16)")
+    tr.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
+    tr.add_argument("--out", type=Path, default=Path("runs/train"),
+                    help="writes policy.pt, curve.json, eval.json here (default runs/train)")
+    tr.add_argument("--eval-seeds", type=parse_seeds, default="0:30",
+                    help="held-out seeds for the evaluation (default 0:30)")
+    tr.add_argument("--no-eval", action="store_true", help="skip the evaluation")
 
     validate = add("validate", "Validate scenario files (or built-in names) and report every problem.")
     validate.add_argument("scenarios", nargs="+")
@@ -439,6 +460,42 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return bench_command(args)
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    try:
+        from market import rl_train
+    except ImportError:
+        print("gpumarket train: needs torch: pip install 'gpumarket[hf]'", file=sys.stderr)
+        return 2
+    if max(args.eval_seeds) >= rl_train.TRAIN_SEED_FLOOR:
+        print(f"gpumarket train: --eval-seeds must be below {rl_train.TRAIN_SEED_FLOOR} "
+              "(training draws its episode seeds at or above it)", file=sys.stderr)
+        return 2
+    try:
+        config = rl_train.TrainConfig(scenario=args.scenario, seat=args.seat, episodes=args.episodes,
+                                      seconds=args.seconds, seed=args.seed,
+                                      batch_episodes=args.batch, lr=args.lr)
+        trainer = rl_train.Trainer(config)
+    except ValueError as exc:
+        print(f"gpumarket train: {one_line(exc)}", file=sys.stderr)
+        return 2
+
+    def progress(point: dict[str, float]) -> None:
+        if point["episodes"] % (20 * config.batch_episodes) < config.batch_episodes:
+            print(f"episodes {point['episodes']:>6}  {point['seconds']:7.1f}s  "
+                  f"mean return {point['mean_return']:+.3f}", flush=True)
+
+    result = trainer.train(progress)
+    checkpoint = rl_train.save_checkpoint(result, args.out / "policy.pt")
+    rl_train.write_curve(result, args.out / "curve.json")
+    print(f"trained {result.episodes} episodes in {result.seconds:.1f}s: {checkpoint}, "
+          f"{args.out / 'curve.json'}")
+    if not args.no_eval:
+        report = rl_train.evaluate(checkpoint, args.scenario, args.seat, args.eval_seeds)
+        (args.out / "eval.json").write_text(json.dumps(report, indent=1))
+        print(rl_train.format_evaluation(report))
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from scenarios import ScenarioError, load_scenario
 
@@ -463,7 +520,8 @@ def _cmd_agents(args: argparse.Namespace) -> int:
     for name, ep in sorted(plugins().items()):
         if name not in REGISTRY:
             print(f"{name:<18} {'(plug-in)':<16} {ep.value}")
-    print("also: py:package.module:ClassName?..., llm:openai?model=...&base_url=..., llm:hf?path=...")
+    print("also: py:package.module:ClassName?..., llm:openai?model=...&base_url=..., llm:hf?path=..., "
+          "torch_policy?path=CHECKPOINT (a policy from gpumarket train)")
     return 0
 
 
@@ -593,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     from scenarios import ScenarioError
 
     args = _parser().parse_args(argv)
-    handler = {"run": _cmd_run, "eval": _cmd_eval, "bench": _cmd_bench, "validate": _cmd_validate, "agents": _cmd_agents,
+    handler = {"run": _cmd_run, "eval": _cmd_eval, "bench": _cmd_bench, "train": _cmd_train, "validate": _cmd_validate, "agents": _cmd_agents,
                "replay": _cmd_replay,
                "report": _cmd_report, "show": _cmd_show,
                "tournament": _cmd_tournament, "export-sft": _cmd_export_sft}[args.command]

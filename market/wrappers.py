@@ -302,10 +302,15 @@ def observation_space() -> spaces.Dict:
 
 def rl_observation(obs: Observation, scenario: Scenario) -> dict[str, np.ndarray]:
     """The RL observation of ``obs``: the clipped float32 vector and the int8 action mask."""
+    return seat_rl_observation(obs, scenario.capacity.max_units_per_bid)
+
+
+def seat_rl_observation(obs: Observation, max_units_per_bid: int = 0) -> dict[str, np.ndarray]:
+    """:func:`rl_observation` from the seat's view alone (an agent is not given the scenario)."""
     vec = np.nan_to_num(obs.to_vector(), posinf=OBS_BOUND, neginf=-OBS_BOUND)
     return {
         "observation": np.clip(vec, -OBS_BOUND, OBS_BOUND).astype(np.float32, copy=False),
-        "action_mask": action_mask(obs, scenario.capacity.max_units_per_bid),
+        "action_mask": action_mask(obs, max_units_per_bid),
     }
 
 
