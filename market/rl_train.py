@@ -187,7 +187,7 @@ class Trainer:
         self.population = {s: make_agent(spec, "designer" if s == DESIGNER else "bidder")
                            for s, spec in specs.items() if s != config.seat}
         self.torch_gen = torch.Generator().manual_seed(config.seed)
-        self.seed_rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([config.seed, 1])))
+        self.seed_rng = np.random.default_rng(np.random.SeedSequence([config.seed, 1]))
         self.net = PolicyNet(vector_size(), len(MENU), config.hidden)
         self.net.init_weights(self.torch_gen)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.lr)
