@@ -170,6 +170,13 @@ def test_missing_torch_is_a_clear_spec_error(monkeypatch: pytest.MonkeyPatch,
         make_agent(f"torch_policy?path={checkpoint}")
 
 
+def test_time_budget_stops_after_the_update_that_spends_it() -> None:
+    result = train(TrainConfig(seconds=0.3, batch_episodes=4, seed=2))
+    assert result.seconds >= 0.3
+    assert result.episodes == 4 * len(result.curve)
+    assert result.curve[-2]["seconds"] < 0.3 if len(result.curve) > 1 else True
+
+
 def test_config_rejects_bad_budgets() -> None:
     assert TrainConfig().episodes == 3000  # no budget given: the default episode count
     assert TrainConfig(seconds=5).episodes is None
