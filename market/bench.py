@@ -68,7 +68,7 @@ class BenchConfig:
     episode_batches: tuple[tuple[str, int], ...] = (("market_round", 200), ("large_market", 20))
     clearing_sizes: tuple[int, ...] = (10, 30, 100, 300, 1000, 3000, 10000)
     clearing_fit_min: int = 300  # below it fixed per-call overhead dominates the time
-    clearing_repeats: int = 7
+    clearing_repeats: int = 15  # interleaved passes; the median resists load spikes
     blocks_per_bidder: int = 10
     units_per_bidder: int = 20
     env_clearing_labs: int = 1000
