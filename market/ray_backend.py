@@ -26,6 +26,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from market import __version__
@@ -88,6 +89,24 @@ def _local_init_options() -> dict[str, Any]:
             "object_store_memory": 100 * 1024 * 1024, "_temp_dir": temp}
 
 
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a head that is not there: Ray's own connect retries for over a minute."""
+    import socket
+
+    if address in ("auto", "local") or address.startswith("ray://"):
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise RayBackendError(f"--address {address!r}: give the head's HOST:PORT "
+                              "(e.g. 10.0.0.5:6379), or 'auto' on a cluster node")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise RayBackendError(
+            f"no Ray head answers at {address} ({exc.strerror or exc}); start one with "
+            f"`ray start --head --port {port}` or check the address") from None
+
+
 @contextmanager
 def ray_session(address: str | None = None) -> Iterator[Any]:
     """Connect to Ray for one run and disconnect afterwards; yields the ``ray`` module.
@@ -99,6 +118,8 @@ def ray_session(address: str | None = None) -> Iterator[Any]:
         yield ray
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address:
+        check_reachable(address)
     options: dict[str, Any] = ({"address": address} if address else _local_init_options())
     try:
         ray.init(log_to_driver=False, logging_level="warning", **options)
@@ -124,28 +145,49 @@ def batch_size(n_items: int, cpus: float) -> int:
     return max(1, min(MAX_BATCH, math.ceil(n_items / max(1.0, 4 * cpus))))
 
 
-def _play_batch(fn: Callable[[Any], Any], batch: list[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
-    """The Ray task: play each item and stream ``(position, result)`` back as it ends."""
+def _play_batch(fn: Callable[[Any], Any],
+                batch: list[tuple[int, Any]]) -> Iterator[tuple[int, str, Any]]:
+    """The Ray task: play each item and stream ``(position, node id, result)`` back as it ends."""
+    import ray  # type: ignore[import-not-found]
+
+    node = ray.get_runtime_context().get_node_id()
     for position, item in batch:
-        yield position, fn(item)
+        yield position, node, fn(item)
+
+
+@dataclass
+class RayStats:
+    """Where a :func:`ray_map` ran: items per node, batch size, batches sent again."""
+
+    batch: int = 0
+    batches: int = 0
+    resubmitted: int = 0
+    per_node: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        nodes = ", ".join(f"{node[:8]}: {n}" for node, n in sorted(self.per_node.items()))
+        again = f"; {self.resubmitted} batch(es) sent again after a lost worker" if self.resubmitted else ""
+        return (f"ray: {sum(self.per_node.values())} episode(s) on {len(self.per_node)} node(s) "
+                f"({nodes}) in {self.batches} task(s) of up to {self.batch}{again}")
 
 
 def ray_map(fn: Callable[[Any], Any], items: Sequence[Any], *, address: str | None = None,
-            batch: int | None = None) -> Iterator[tuple[int, Any]]:
+            batch: int | None = None, stats: RayStats | None = None) -> Iterator[tuple[int, Any]]:
     """``(position, fn(items[position]))`` for every item, in the order they finish, computed on
     Ray (see the module doc). ``fn`` must be importable (a module-level function of an installed
     package). An exception raised by ``fn`` itself propagates; a lost worker or node does not.
+    ``stats`` (optional) is filled in as results arrive.
     """
     if not items:
         return
     with ray_session(address) as ray:
-        yield from _stream(ray, fn, items, batch)
+        yield from _stream(ray, fn, items, batch, stats if stats is not None else RayStats())
 
 
 def _stream(ray: Any, fn: Callable[[Any], Any], items: Sequence[Any],
-            batch: int | None) -> Iterator[tuple[int, Any]]:
+            batch: int | None, stats: RayStats) -> Iterator[tuple[int, Any]]:
     cpus = float(ray.cluster_resources().get("CPU", 1.0))
-    size = batch or batch_size(len(items), cpus)
+    size = stats.batch = batch or batch_size(len(items), cpus)
     task = ray.remote(_play_batch).options(num_returns="streaming", num_cpus=1, max_retries=2)
     delivered: set[int] = set()
     running: dict[Any, tuple[list[int], int]] = {}  # generator -> (its positions, resubmits)
@@ -153,6 +195,8 @@ def _stream(ray: Any, fn: Callable[[Any], Any], items: Sequence[Any],
     def submit(positions: list[int], tries: int) -> None:
         gen = task.remote(fn, [(p, items[p]) for p in positions])
         running[gen] = (positions, tries)
+        stats.batches += 1
+        stats.resubmitted += tries > 0
 
     everything = list(range(len(items)))
     for start in range(0, len(everything), size):
@@ -163,7 +207,7 @@ def _stream(ray: Any, fn: Callable[[Any], Any], items: Sequence[Any],
             gen = ready[0]
             positions, tries = running[gen]
             try:
-                position, result = ray.get(next(gen))
+                position, node, result = ray.get(next(gen))
             except StopIteration:
                 del running[gen]
                 continue
@@ -183,6 +227,7 @@ def _stream(ray: Any, fn: Callable[[Any], Any], items: Sequence[Any],
             if position in delivered:  # a retried task replays items already received
                 continue
             delivered.add(position)
+            stats.per_node[node] = stats.per_node.get(node, 0) + 1
             yield position, result
     finally:
         for gen in running:
@@ -190,4 +235,5 @@ def _stream(ray: Any, fn: Callable[[Any], Any], items: Sequence[Any],
                 ray.cancel(gen, force=True)
 
 
-__all__ = ["MAX_BATCH", "RayBackendError", "batch_size", "ray_map", "ray_session"]
+__all__ = ["MAX_BATCH", "RayBackendError", "RayStats", "batch_size", "check_reachable", "ray_map",
+           "ray_session"]

@@ -449,7 +449,8 @@ def execute(folders: Sequence[_Folder], *, workers: int | None = None, backend: 
         with bar:
             task = bar.add_task(label, total=total)
             if backend == "ray":
-                _run_ray(jobs, address, finished)
+                _run_ray(jobs, address, finished,
+                         say=(lambda line: print(line, file=sys.stderr)) if progress else None)
             elif backend == "async":
                 run_jobs_async(jobs, finished, **dict(llm or {}))
             elif pool is not None:
@@ -497,16 +498,17 @@ def _play_shipped(job: tuple[Any, ...]) -> tuple[tuple[Any, ...], bytes | None]:
 
 
 def _run_ray(jobs: list[tuple[int, tuple[Any, ...]]], address: str | None,
-             finished: Callable[[int, Any], None]) -> None:
+             finished: Callable[[int, Any], None], say: Callable[[str], None] | None = None) -> None:
     """Play ``jobs`` on Ray (:mod:`market.ray_backend`), writing each shipped transcript before
-    its rows are recorded (rows are the completion mark)."""
+    its rows are recorded (rows are the completion mark); ``say`` gets a line on where they ran."""
     import zlib
 
-    from market.ray_backend import RayBackendError, ray_map
+    from market.ray_backend import RayBackendError, RayStats, ray_map
 
+    stats = RayStats()
     try:
         for position, (outcome, blob) in ray_map(_play_shipped, [job for _, job in jobs],
-                                                 address=address):
+                                                 address=address, stats=stats):
             index, job = jobs[position]
             if blob is not None:
                 path = transcript_path(job[3], job[1])
@@ -516,6 +518,8 @@ def _run_ray(jobs: list[tuple[int, tuple[Any, ...]]], address: str | None,
             finished(index, outcome)
     except RayBackendError as exc:
         raise RunConfigError(str(exc)) from None
+    if say is not None and stats.per_node:
+        say(stats.summary())
 
 
 # ----------------------------------------------------------------------------- the API
