@@ -302,6 +302,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"gpumarket run: {exc}", file=sys.stderr)
         return 2
+    from market.async_runner import DEFAULT_MAX_IN_FLIGHT
+
+    given = [flag for flag, value in (("--max-in-flight", None if args.max_in_flight ==
+                                       DEFAULT_MAX_IN_FLIGHT else args.max_in_flight),
+                                      ("--per-endpoint", args.per_endpoint),
+                                      ("--episodes-in-flight", args.episodes_in_flight),
+                                      ("--budget-tokens", args.budget_tokens),
+                                      ("--budget-usd", args.budget_usd)) if value is not None]
+    if args.backend == "ray" and given:
+        print(f"gpumarket run: {', '.join(given)} apply to LLM runs on the local backend (one "
+              "shared client pool); leave them out with --backend ray (see docs/ray.md)",
+              file=sys.stderr)
+        return 2
     try:
         summary = run_scenario(scenario, args.seeds, dict(args.seat), out, workers=args.workers,
                                transcripts=not args.no_transcripts,

@@ -179,3 +179,12 @@ def test_killing_a_worker_node_mid_run_loses_no_finished_episode(tmp_path: Path)
     assert comparable(sorted(rows, key=key)) == comparable(sorted(local.rows, key=key))
     assert len(list((tmp_path / "kill" / "large_market" / "transcripts").glob("*.jsonl"))) == \
         KILL_SEEDS
+
+
+def test_llm_pool_flags_are_refused_with_the_ray_backend(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli_main(["run", "single_trade", "--seeds", "0:2", "--backend", "ray",
+                     "--budget-tokens", "100", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--budget-tokens apply to LLM runs on the local backend" in err
+    assert not (tmp_path / "single_trade").exists()  # nothing was started
