@@ -495,3 +495,21 @@ def test_bench_clearing_reports_every_type() -> None:
     timings = bench_clearing(n_bidders=50, capacity=300, units_per_bidder=8, repeats=2)
     assert set(timings) == set(AUCTION_TYPES)
     assert all(v >= 0 for v in timings.values())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rank_order_packs_the_tie_breaks_exactly(seed: int) -> None:
+    """The packed tie-break key ranks unit bids exactly as the textbook rule: higher bid, then
+    lower priority, then lower unit index, then lower bidder index (ties and shared priorities
+    are made common on purpose)."""
+    from market.mechanisms import _ranked_units, _validate
+
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 40)), int(rng.integers(1, 8))
+    bids = -np.sort(-rng.integers(0, 5, size=(n, m)).astype(float), axis=1)
+    priority = rng.integers(0, 4, size=n)  # many bidders share a priority
+    book = _validate(bids, 10, 1.0, priority)
+    rows, cols, values = _ranked_units(book)
+    expected = sorted(((-bids[i, k], priority[i], k, i) for i in range(n) for k in range(m)
+                       if bids[i, k] >= 1.0))
+    assert [(-v, priority[r], c, r) for r, c, v in zip(rows, cols, values, strict=True)] == expected
