@@ -150,6 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-deviations", action="store_true",
                     help="with --mechanisms: skip the deviation (incentive) check")
     add_backend(ev)
+    add_llm_arguments(ev)
 
     bench = add("bench", "Benchmark this machine: AEC steps/s per scenario, episodes/s with 1, 2 "
                          "and all cores and on Ray, clearing time against market size (10 to "
@@ -282,6 +283,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _llm_options(args: argparse.Namespace, command: str) -> dict | None:
+    """The LLM pool/budget options of run and eval, or None after printing why they are bad
+    (a bad value, or pool flags with --backend ray, which has no shared pool)."""
+    from market.async_runner import DEFAULT_MAX_IN_FLIGHT, llm_options
+
+    try:
+        llm = llm_options(args)
+    except ValueError as exc:
+        print(f"gpumarket {command}: {exc}", file=sys.stderr)
+        return None
+    given = [flag for flag, value in (("--max-in-flight", None if args.max_in_flight ==
+                                       DEFAULT_MAX_IN_FLIGHT else args.max_in_flight),
+                                      ("--per-endpoint", args.per_endpoint),
+                                      ("--episodes-in-flight", args.episodes_in_flight),
+                                      ("--budget-tokens", args.budget_tokens),
+                                      ("--budget-usd", args.budget_usd)) if value is not None]
+    if args.backend == "ray" and given:
+        print(f"gpumarket {command}: {', '.join(given)} apply to LLM runs on the local backend "
+              "(one shared client pool); leave them out with --backend ray (see docs/ray.md)",
+              file=sys.stderr)
+        return None
+    return llm
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -295,25 +320,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"gpumarket run: --workers {args.workers}: give at least 1", file=sys.stderr)
         return 2
     out = args.out / scenario.name
-    from market.async_runner import llm_options
-
-    try:
-        llm = llm_options(args)
-    except ValueError as exc:
-        print(f"gpumarket run: {exc}", file=sys.stderr)
-        return 2
-    from market.async_runner import DEFAULT_MAX_IN_FLIGHT
-
-    given = [flag for flag, value in (("--max-in-flight", None if args.max_in_flight ==
-                                       DEFAULT_MAX_IN_FLIGHT else args.max_in_flight),
-                                      ("--per-endpoint", args.per_endpoint),
-                                      ("--episodes-in-flight", args.episodes_in_flight),
-                                      ("--budget-tokens", args.budget_tokens),
-                                      ("--budget-usd", args.budget_usd)) if value is not None]
-    if args.backend == "ray" and given:
-        print(f"gpumarket run: {', '.join(given)} apply to LLM runs on the local backend (one "
-              "shared client pool); leave them out with --backend ray (see docs/ray.md)",
-              file=sys.stderr)
+    llm = _llm_options(args, "run")
+    if llm is None:
         return 2
     try:
         summary = run_scenario(scenario, args.seeds, dict(args.seat), out, workers=args.workers,
@@ -395,6 +403,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"gpumarket eval: --workers {args.workers}: give at least 1", file=sys.stderr)
         return 2
+    llm = _llm_options(args, "eval")
+    if llm is None:
+        return 2
     console = Console()
     try:
         if args.mechanisms:
@@ -413,7 +424,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             table = evaluate(_specs(args.agents), _specs(args.scenarios), args.seat, args.seeds,
                              out, args.workers, transcripts=args.transcripts,
                              progress=not args.no_progress, fresh=args.fresh,
-                             backend=args.backend, address=args.address)
+                             backend=args.backend, address=args.address, llm=llm)
     except RunConfigError as exc:
         print(f"gpumarket eval: {exc}", file=sys.stderr)
         return 2
@@ -461,6 +472,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         console.print(rich)
         print(f"tables: {out / 'eval.md'}, {out / 'eval.csv'}")
         failed = table.failed
+    if llm["budget"] is not None:  # what the run spent, and whether the budget stopped it
+        print(f"gpumarket eval: {llm['budget'].message()}", file=sys.stderr)
     for where, seeds in sorted(failed.items()):
         for seed, error in sorted(seeds.items()):
             print(f"gpumarket eval: {where}: episode seed {seed} failed: {error}", file=sys.stderr)

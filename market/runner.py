@@ -772,11 +772,13 @@ def evaluate(
     transcripts: bool = False,
     progress: bool | ProgressFn = True,
     fresh: bool = False,
+    llm: Mapping[str, Any] | None = None,
 ) -> EvalTable:
     """Each agent in ``seat`` of each scenario (other seats: the scenario's own agents).
 
     Every (scenario, agent) pair is one resumable run folder ``out_dir/<scenario>/<agent>``;
     all episodes run in one pool. ``out_dir/eval.csv`` and ``out_dir/eval.md`` hold the table.
+    ``backend``, ``address`` and ``llm`` as in :func:`run_scenario`.
     """
     seeds = list(seeds)
     if not agents:
@@ -797,7 +799,7 @@ def evaluate(
             folders[(agent, sc.name)] = _folder(sc, seeds, {seat: agent}, out / sc.name / slug(agent),
                                                 transcripts, fresh, 1)
     execute(list(folders.values()), workers=workers, backend=backend, address=address,
-            progress=progress, label="eval")
+            progress=progress, label="eval", llm=llm)
     table = EvalTable(list(agents), names, seat, seeds, {
         key: Cell(key[0], key[1], seat, {s: next(r["return"] for r in f.done[s] if r["seat"] == seat)
                                           for s in f.seeds if s in f.done})

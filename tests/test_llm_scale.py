@@ -324,3 +324,18 @@ def test_ctrl_c_cancels_episodes_in_flight_and_keeps_finished_ones(tmp_path: Pat
     assert not files[kept[0]]  # the finished episode's transcript is complete
     assert sum(files.values()) >= 1  # the others were cancelled and marked aborted (unless one
     # happened to finish in the same instant)
+
+
+def test_eval_takes_the_pool_and_budget_flags(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from market.cli import main
+
+    with FakeOpenAIServer() as srv:
+        code = main(["eval", "--agents", spec(srv), "--scenarios", "single_trade", "--seeds", "0:3",
+                     "--budget-tokens", "1", "--episodes-in-flight", "1", "--out", str(tmp_path),
+                     "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "gpumarket eval: budget spent:" in err and "1 episode(s) finished, 2 not started" in err
+    rows = (tmp_path / "single_trade").glob("*/results.jsonl")
+    assert sum(len(p.read_text().splitlines()) for p in rows) == 2  # one episode, two seats
