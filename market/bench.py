@@ -47,6 +47,7 @@ SECTIONS: tuple[str, ...] = ("steps", "episodes", "ray", "clearing", "memory", "
 TARGET_STEPS_PER_SECOND = 10_000
 TARGET_CLEARING_MS = 20.0
 DEFAULT_THRESHOLD = 0.2
+CLEARING_NOISE_MS = 0.1  # clearing a small market takes ~0.1 ms: changes below this are noise
 
 Metric = dict[str, Any]
 
@@ -65,7 +66,8 @@ class BenchConfig:
 
     seconds: float = 2.0  # per scenario (steps) and per variant (transcript)
     scenarios: tuple[str, ...] = ()  # steps: () means every built-in scenario
-    episode_batches: tuple[tuple[str, int], ...] = (("market_round", 200), ("large_market", 20))
+    # about 2-3 s per batch on 2 cores: shorter batches make episodes/s swing by 20%
+    episode_batches: tuple[tuple[str, int], ...] = (("market_round", 600), ("large_market", 20))
     clearing_sizes: tuple[int, ...] = (10, 30, 100, 300, 1000, 3000, 10000)
     clearing_fit_min: int = 300  # below it fixed per-call overhead dominates the time
     clearing_repeats: int = 15  # interleaved passes; the median resists load spikes
@@ -104,14 +106,18 @@ def parse_sections(text: str) -> tuple[str, ...]:
 
 
 def metric(name: str, value: float, unit: str, direction: str, section: str,
-           context: dict[str, Any] | None = None) -> Metric:
+           context: dict[str, Any] | None = None, noise: float = 0.0) -> Metric:
     """One named figure. ``context`` holds what makes two values comparable (e.g. the LLM
-    server); values whose contexts differ are reported as not comparable, never as regressions."""
+    server); values whose contexts differ are reported as not comparable, never as regressions.
+    ``noise``: an absolute change no larger than this is never flagged (timings of a few
+    microseconds move by more than 20% from one run to the next)."""
     assert direction in ("higher", "lower"), direction
     out: Metric = {"name": name, "value": float(value), "unit": unit, "direction": direction,
                    "section": section}
     if context:
         out["context"] = context
+    if noise:
+        out["noise"] = float(noise)
     return out
 
 
@@ -340,7 +346,8 @@ def section_clearing(config: BenchConfig) -> SectionResult:
         for n in sizes:
             result.metrics.append(metric(f"clearing.{auction}.n{n}.ms", timed[n][auction]["median"],
                                          "ms", "lower", "clearing",
-                                         {"blocks": config.blocks_per_bidder * n}))
+                                         {"blocks": config.blocks_per_bidder * n},
+                                         noise=CLEARING_NOISE_MS))
         slope = growth_exponent(fit, [timed[n][auction]["median"] for n in fit])
         result.details["exponents"][auction] = slope
         # the same fit on the fastest repeat: closer to the idle machine when others load it
@@ -683,6 +690,9 @@ def _metric_problem(m: Any) -> str | None:
         return f"{m['name']!r}: 'value' must be a finite number, got {value!r}"
     if m.get("direction") not in ("higher", "lower"):
         return f"{m['name']!r}: 'direction' must be 'higher' or 'lower', got {m.get('direction')!r}"
+    noise = m.get("noise", 0.0)
+    if isinstance(noise, bool) or not isinstance(noise, int | float) or not noise >= 0:
+        return f"{m['name']!r}: 'noise' must be a number >= 0, got {noise!r}"
     return None
 
 
@@ -698,12 +708,16 @@ class Comparison:
         return [r for r in self.rows if r["status"] == "regression"]
 
 
-def classify(old: float, new: float, direction: str, threshold: float) -> tuple[float | None, str]:
+def classify(old: float, new: float, direction: str, threshold: float,
+             noise: float = 0.0) -> tuple[float | None, str]:
     """Relative change (new - old) / |old| and a status: ``regression`` when it moved more than
-    ``threshold`` in the bad direction, ``improved`` when as much in the good one, else ``ok``."""
+    ``threshold`` in the bad direction, ``improved`` when as much in the good one, else ``ok``;
+    always ``ok`` when the absolute change is within ``noise``."""
     if old == 0:
         return None, "ok" if new == 0 else "n/a"  # no relative change from zero
     change = (new - old) / abs(old)
+    if abs(new - old) <= noise:
+        return change, "ok"
     worse = -change if direction == "higher" else change
     if worse > threshold:
         return change, "regression"
@@ -729,7 +743,8 @@ def compare_reports(old: dict[str, Any], new: dict[str, Any],
         if o.get("context") != m.get("context"):
             change, status = None, "not comparable"
         else:
-            change, status = classify(o["value"], m["value"], m["direction"], threshold)
+            noise = max(float(o.get("noise", 0.0)), float(m.get("noise", 0.0)))
+            change, status = classify(o["value"], m["value"], m["direction"], threshold, noise)
         rows.append({"name": name, "unit": m.get("unit", ""), "direction": m["direction"],
                      "old": o["value"], "new": m["value"], "change": change, "status": status})
     if not rows:

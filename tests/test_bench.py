@@ -73,6 +73,21 @@ def test_direction_decides_what_is_worse(tmp_path: Path) -> None:
     assert bench.classify(0.0, 3.0, "lower", 0.2) == (None, "n/a")
 
 
+def test_changes_within_a_metrics_noise_floor_are_not_flagged(tmp_path: Path) -> None:
+    # 0.06 -> 0.09 ms is +50% but only 0.03 ms: within the 0.1 ms floor of a small clearing
+    small = _pair(tmp_path, [_metric("clearing.vcg.n10.ms", 0.06, "lower", "ms", noise=0.1)],
+                  [_metric("clearing.vcg.n10.ms", 0.09, "lower", "ms", noise=0.1)])
+    assert main(["bench", "--compare", *small]) == 0
+    big = _pair(tmp_path, [_metric("clearing.vcg.n1000.ms", 2.0, "lower", "ms", noise=0.1)],
+                [_metric("clearing.vcg.n1000.ms", 2.6, "lower", "ms", noise=0.1)])
+    assert main(["bench", "--compare", *big]) == 1  # +0.6 ms, +30%: beyond the floor
+    assert bench.classify(0.06, 0.09, "lower", 0.2, noise=0.1) == (pytest.approx(0.5), "ok")
+    assert bench.classify(0.06, 0.09, "lower", 0.2)[1] == "regression"
+    bad = _pair(tmp_path, [_metric("x.ms", 1.0, "lower", "ms", noise=-1)],
+                [_metric("x.ms", 1.0, "lower", "ms")])
+    assert main(["bench", "--compare", *bad]) == 2
+
+
 def test_missing_metrics_are_listed_not_failures(tmp_path: Path, capsys: Any) -> None:
     files = _pair(tmp_path, [_metric("a.x", 1.0), _metric("b.gone", 1.0)],
                   [_metric("a.x", 1.0), _metric("c.new", 1.0)])
