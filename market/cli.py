@@ -515,6 +515,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     rl_train.write_curve(result, args.out / "curve.json")
     print(f"trained {result.episodes} episodes in {result.seconds:.1f}s: {checkpoint}, "
           f"{args.out / 'curve.json'}")
+    if result.interrupted:
+        print(f"gpumarket train: interrupted; the policy after {result.episodes} episodes is "
+              f"saved in {checkpoint} (evaluate it with torch_policy?path={checkpoint})",
+              file=sys.stderr)
+        return 130
     if not args.no_eval:
         report = rl_train.evaluate(checkpoint, args.scenario, args.seat, args.eval_seeds)
         (args.out / "eval.json").write_text(json.dumps(report, indent=1))

@@ -26,10 +26,13 @@ seeds, with ``random_valid`` and ``rule_expert`` in the same seat.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +147,7 @@ class TrainResult:
     curve: list[dict[str, float]] = field(default_factory=list)  # one point per update
     episodes: int = 0
     seconds: float = 0.0
+    interrupted: bool = False  # stopped by Ctrl-C after a finished update (the net is usable)
 
     def meta(self) -> dict[str, Any]:
         """Checkpoint metadata: what the policy was trained on and how to rebuild it."""
@@ -252,7 +256,10 @@ class Trainer:
         self.optimizer.step()
 
     def train(self, progress: Callable[[dict[str, float]], None] | None = None) -> TrainResult:
-        """Train until the episode or time budget is spent (checked after each update)."""
+        """Train until the episode or time budget is spent (checked after each update).
+
+        Ctrl-C stops after the batch in flight is played and applied, never inside an update,
+        so the result (``interrupted=True``) holds a usable policy; a second Ctrl-C aborts."""
         cfg = self.config
         result = TrainResult(self.net, cfg)
         start = time.perf_counter()
@@ -260,7 +267,16 @@ class Trainer:
         def sample(observation: np.ndarray, mask: np.ndarray) -> int:
             return choose(self.net, observation, mask, self.torch_gen)
 
-        while True:
+        with _stop_on_sigint() as stop:
+            self._loop(result, start, sample, progress, stop)
+        result.interrupted = bool(stop)
+        self.net.eval()
+        return result
+
+    def _loop(self, result: TrainResult, start: float, sample: Callable[[np.ndarray, np.ndarray], int],
+              progress: Callable[[dict[str, float]], None] | None, stop: list[bool]) -> None:
+        cfg = self.config
+        while not stop:
             n = cfg.batch_episodes
             if cfg.episodes is not None:
                 n = min(n, cfg.episodes - result.episodes)
@@ -278,8 +294,26 @@ class Trainer:
                 break
             if cfg.seconds is not None and result.seconds >= cfg.seconds:
                 break
-        self.net.eval()
-        return result
+
+
+@contextlib.contextmanager
+def _stop_on_sigint() -> Iterator[list[bool]]:
+    """Turn the first Ctrl-C into a request to stop (a non-empty list); the second raises."""
+    stop: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # signals only reach the main thread
+        return
+
+    def request(signum: int, frame: Any) -> None:
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(True)
+
+    previous = signal.signal(signal.SIGINT, request)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def train(config: TrainConfig,
