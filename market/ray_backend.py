@@ -122,7 +122,7 @@ def ray_session(address: str | None = None) -> Iterator[Any]:
         check_reachable(address)
     options: dict[str, Any] = ({"address": address} if address else _local_init_options())
     try:
-        ray.init(log_to_driver=False, logging_level="warning", **options)
+        ray.init(log_to_driver=False, logging_level="error", **options)
     except Exception as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         hint = (" — is the head running (ray start --head --port PORT) and RAY_AUTH_MODE the "

@@ -188,3 +188,31 @@ def test_llm_pool_flags_are_refused_with_the_ray_backend(tmp_path: Path,
     err = capsys.readouterr().err
     assert code == 2 and "--budget-tokens apply to LLM runs on the local backend" in err
     assert not (tmp_path / "single_trade").exists()  # nothing was started
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_episodes_and_the_same_command_resumes(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "market", "run", "large_market", "--seeds", "0:16", "--backend",
+           "ray", "--out", str(tmp_path), "--no-progress", "--no-transcripts"]
+    results = tmp_path / "large_market" / "results.jsonl"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.is_file() and len(results.read_text().splitlines()) >= 301:
+            break
+        time.sleep(0.05)
+    kept = results.read_text().splitlines()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "finished and kept" in err and "Traceback" not in err
+    after = results.read_text().splitlines()
+    assert after[:len(kept)] == kept and len(after) % 301 == 0 and len(after) < 16 * 301
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(after) // 301} episode(s) were already complete" in again.stdout
+    rows = [json.loads(x) for x in results.read_text().splitlines()]
+    assert sorted({r["seed"] for r in rows}) == list(range(16)) and len(rows) == 16 * 301
