@@ -280,6 +280,11 @@ def _parser() -> argparse.ArgumentParser:
                           "see plus the action JSON (for distilling a scripted agent)")
     sft.add_argument("--partial", action="store_true",
                      help="export the complete steps of a cut or aborted transcript")
+    sft.add_argument("--grpo", action="store_true",
+                     help="write GRPO prompt rows instead (prompt, transcript, step, "
+                          "transcript_sha256...) for TRL's GRPOTrainer with "
+                          "market.training_data.EnvReward; load with "
+                          "datasets.load_dataset('json', data_files=OUT)")
     return parser
 
 

@@ -391,15 +391,20 @@ def export_sft(
     """Write the selected decisions to ``out`` as JSONL (UTF-8, one record a line); see the
     module docstring for the record format. The file is written whole or not at all."""
     counts = ExportCounts()
+    write_jsonl(out, list(select_decisions(sources, flt, partial, counts)))  # errors first
+    return counts
+
+
+def write_jsonl(out: str | Path, records: Sequence[Mapping[str, Any]]) -> Path:
+    """``records`` as JSONL (UTF-8), written whole or not at all (a temp file, then a rename)."""
     out = Path(out)
-    records = list(select_decisions(sources, flt, partial, counts))  # errors before writing
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
         for rec in records:
             fh.write(json.dumps(jsonable(rec), ensure_ascii=False, allow_nan=False) + "\n")
     tmp.replace(out)
-    return counts
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -806,7 +811,11 @@ def run_export_cli(args: Any) -> int:
                   file=sys.stderr)
             return 2
     try:
-        counts = export_sft(args.transcripts, args.output, flt, partial=args.partial)
+        if args.grpo:  # the prompt dataset of EnvReward instead of SFT conversations
+            counts = ExportCounts()
+            write_jsonl(args.output, grpo_records(args.transcripts, flt, args.partial, counts))
+        else:
+            counts = export_sft(args.transcripts, args.output, flt, partial=args.partial)
     except (TranscriptError, ValueError, OSError) as exc:
         print(f"gpumarket export-sft: {exc}", file=sys.stderr)
         return 2

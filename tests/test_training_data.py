@@ -350,3 +350,24 @@ def test_changed_file_and_bad_options_are_clear_errors(tmp_path: Path) -> None:
     assert parse_horizon("rounds:2") == ("rounds", 2) and parse_horizon(3) == ("steps", 3)
     with pytest.raises(ValueError, match="stand_in"):  # an LLM seat needs a scripted stand-in
         EnvReward(stand_in="llm:openai?model=x").score(row["transcript"], row["step"], "{}")
+
+
+def test_cli_grpo_export_loads_as_a_dataset_and_locates_the_recorded_state(
+        recorded: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "grpo.jsonl"
+    assert main(["export-sft", str(recorded["path"]), "-o", str(out), "--grpo"]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows == json.loads(json.dumps(grpo_records([recorded["path"]])))
+    assert all(r["prompt"][0]["role"] == "system" and r["prompt"][1]["role"] == "user"
+               for r in rows)
+    datasets = pytest.importorskip("datasets")
+    loaded = datasets.load_dataset("json", data_files=str(out), split="train")
+    assert loaded.num_rows == len(rows) == 9
+    # the columns go straight to EnvReward: the recorded reply scores the recorded step reward
+    t = read_transcript(recorded["path"])
+    first = next(r for r in rows if not t.steps[r["step"]].llm.model_extra.get("fallback"))
+    reward = EnvReward("step", stand_in="truthful")
+    got = reward([first["prompt"]], [t.steps[first["step"]].llm.raw],
+                 transcript=[first["transcript"]], step=[first["step"]],
+                 transcript_sha256=[first["transcript_sha256"]])
+    assert got == [first["recorded_reward"]]
