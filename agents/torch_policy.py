@@ -15,7 +15,7 @@ from agents.base import BaseAgent, as_flag
 from market.actions import ActionModel
 from market.observations import Observation
 
-TORCH_HINT = "needs torch: pip install 'gpumarket[hf]'"
+TORCH_HINT = "needs torch: pip install 'gpumarket[rl]'"
 
 
 def _import_torch() -> Any:

@@ -181,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     tr = add("train", "Train a small torch policy (REINFORCE with a baseline) for one seat "
                       "against the scenario's scripted population; save it, its learning "
                       "curve and a paired evaluation vs random_valid and rule_expert. "
-                      "Needs torch (pip install 'gpumarket[hf]'). See docs/rl.md.")
+                      "Needs torch (pip install 'gpumarket[rl]'). See docs/rl.md.")
     tr.add_argument("--scenario", default="market_round", help="built-in name or TOML path")
     tr.add_argument("--seat", default="bidder_0", help="the seat to train (default bidder_0)")
     tr.add_argument("--episodes", type=int, default=None,
@@ -495,7 +495,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         from market import rl_train
     except ImportError:
-        print("gpumarket train: needs torch: pip install 'gpumarket[hf]'", file=sys.stderr)
+        print("gpumarket train: needs torch: pip install 'gpumarket[rl]'", file=sys.stderr)
         return 2
     if max(args.eval_seeds) >= rl_train.TRAIN_SEED_FLOOR:
         print(f"gpumarket train: --eval-seeds must be below {rl_train.TRAIN_SEED_FLOOR} "

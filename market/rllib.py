@@ -35,7 +35,7 @@ from scenarios.schema import Scenario
 
 OBS_KEY = "observations"  # the key RLlib's ActionMaskingRLModule reads the features from
 MASK_KEY = "action_mask"
-RAY_HINT = "needs ray[rllib]: pip install 'ray[rllib]'"
+RAY_HINT = "needs ray[rllib]: pip install 'gpumarket[rl]'"
 
 
 def rllib_observation_space(obs_size: int) -> spaces.Dict:

@@ -166,7 +166,7 @@ def test_bad_checkpoints_give_one_line_errors(tmp_path: Path, checkpoint: Path) 
 def test_missing_torch_is_a_clear_spec_error(monkeypatch: pytest.MonkeyPatch,
                                              checkpoint: Path) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
-    with pytest.raises(AgentSpecError, match=r"needs torch: pip install 'gpumarket\[hf\]'"):
+    with pytest.raises(AgentSpecError, match=r"needs torch: pip install 'gpumarket\[rl\]'"):
         make_agent(f"torch_policy?path={checkpoint}")
 
 
