@@ -510,6 +510,6 @@ def test_rank_order_packs_the_tie_breaks_exactly(seed: int) -> None:
     priority = rng.integers(0, 4, size=n)  # many bidders share a priority
     book = _validate(bids, 10, 1.0, priority)
     rows, cols, values = _ranked_units(book)
-    expected = sorted(((-bids[i, k], priority[i], k, i) for i in range(n) for k in range(m)
-                       if bids[i, k] >= 1.0))
+    expected = sorted((-bids[i, k], priority[i], k, i) for i in range(n) for k in range(m)
+                       if bids[i, k] >= 1.0)
     assert [(-v, priority[r], c, r) for r, c, v in zip(rows, cols, values, strict=True)] == expected
