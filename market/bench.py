@@ -43,7 +43,8 @@ from typing import Any
 # the env, numpy and the agents are imported inside the functions: the CLI imports this module
 # to build its parser, and `gpumarket --help` should stay fast
 SCHEMA = "gpumarket-bench/1"
-SECTIONS: tuple[str, ...] = ("steps", "episodes", "ray", "clearing", "memory", "transcript", "llm")
+# Ray last: its processes keep a core busy for a few seconds after shutdown
+SECTIONS: tuple[str, ...] = ("steps", "episodes", "clearing", "memory", "transcript", "llm", "ray")
 TARGET_STEPS_PER_SECOND = 10_000
 TARGET_CLEARING_MS = 20.0
 DEFAULT_THRESHOLD = 0.2
