@@ -49,6 +49,11 @@ TARGET_STEPS_PER_SECOND = 10_000
 TARGET_CLEARING_MS = 20.0
 DEFAULT_THRESHOLD = 0.2
 CLEARING_NOISE_MS = 0.1  # clearing a small market takes ~0.1 ms: changes below this are noise
+#: glibc settings for the clearing timings (a fresh interpreter): keep freed memory rather than
+#: hand it back to the OS between calls. Otherwise, depending on the allocator's state, a call
+#: at 10,000 bidders may page-fault its megabytes of arrays back in (+30-60%), which bends the
+#: growth curve by an amount that changes from run to run (see docs/benchmarks.md)
+STEADY_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}
 
 Metric = dict[str, Any]
 
@@ -268,9 +273,13 @@ def nlogn_exponent(sizes: Sequence[float]) -> float:
     return growth_exponent(sizes, [n * math.log(n) for n in sizes])
 
 
-def bench_env_clearing(n_labs: int = 1000, blocks: int = 10_000, repeats: int = 5) -> dict[str, float]:
+def bench_env_clearing(n_labs: int = 1000, blocks: int = 10_000, repeats: int = 9) -> dict[str, float]:
     """Wall time of the env step that clears a round (auction, settlement, execution, rewards)
-    in a market of ``n_labs`` truthful bidders and ``blocks`` blocks. Median over ``repeats``."""
+    in a market of ``n_labs`` truthful bidders and ``blocks`` blocks. Median over ``repeats``.
+    As ``timeit`` does, the cyclic garbage collector is paused during the timed step (after a
+    collection), so a collection of the set-up's garbage is not billed to the step."""
+    import gc
+
     from agents.scripted import truthful_bid
     from market.environment import raw_env
 
@@ -284,9 +293,14 @@ def bench_env_clearing(n_labs: int = 1000, blocks: int = 10_000, repeats: int = 
         while env.agent_selection != f"bidder_{n_labs - 1}":  # bid for everyone but the last lab
             env.step(truthful_bid(env.observe(env.agent_selection)))
         last = truthful_bid(env.observe(env.agent_selection))
-        start = time.perf_counter()
-        env.step(last)
-        samples.append((time.perf_counter() - start) * 1e3)
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            env.step(last)
+            samples.append((time.perf_counter() - start) * 1e3)
+        finally:
+            gc.enable()
     return {"median_ms": statistics.median(samples), "min_ms": min(samples)}
 
 
@@ -309,7 +323,8 @@ def time_clearing(sizes: Sequence[int], blocks_per_bidder: int, units_per_bidder
     """Milliseconds of one ``clear()`` call per (size, auction type): median and min of
     ``repeats``. The repeats are interleaved (every size and type once per pass) so that load
     from other processes, which comes and goes, hits all sizes alike instead of bending the
-    growth curve; the reserve is 10, so demand exceeds capacity and posted_price rations."""
+    growth curve. The reserve is 10, so demand exceeds capacity and posted_price rations.
+    :func:`section_clearing` runs it in a fresh interpreter with :data:`STEADY_ALLOCATOR`."""
     import numpy as np
 
     from market.mechanisms import AUCTION_TYPES, clear
@@ -333,22 +348,25 @@ def section_clearing(config: BenchConfig) -> SectionResult:
     from market.mechanisms import AUCTION_TYPES
 
     sizes = list(config.clearing_sizes)
-    timed = time_clearing(sizes, config.blocks_per_bidder, config.units_per_bidder,
-                          config.clearing_repeats)
+    raw = run_in_subprocess("time_clearing", sizes, config.blocks_per_bidder,
+                            config.units_per_bidder, config.clearing_repeats,
+                            env=STEADY_ALLOCATOR)
+    timed = {int(n): row for n, row in raw.items()}  # JSON made the sizes strings
     fit = [n for n in sizes if n >= config.clearing_fit_min]
-    context = {"fit_sizes": fit, "blocks_per_bidder": config.blocks_per_bidder,
+    context = {"fit_sizes": fit, "allocator": "steady", "blocks_per_bidder": config.blocks_per_bidder,
                "units_per_bidder": config.units_per_bidder}
     result = SectionResult(details={
         "sizes": sizes, "fit_sizes": fit, "repeats": config.clearing_repeats,
         "ms": {n: {a: t["median"] for a, t in row.items()} for n, row in timed.items()},
         "min_ms": {n: {a: t["min"] for a, t in row.items()} for n, row in timed.items()},
-        "nlogn_exponent": nlogn_exponent(fit), "exponents": {}, "exponents_of_min": {}})
+        "nlogn_exponent": nlogn_exponent(fit), "exponents": {}, "exponents_of_min": {},
+        "allocator": STEADY_ALLOCATOR})
     for auction in AUCTION_TYPES:
         for n in sizes:
             result.metrics.append(metric(f"clearing.{auction}.n{n}.ms", timed[n][auction]["median"],
                                          "ms", "lower", "clearing",
-                                         {"blocks": config.blocks_per_bidder * n},
-                                         noise=CLEARING_NOISE_MS))
+                                         {"blocks": config.blocks_per_bidder * n,
+                                          "allocator": "steady"}, noise=CLEARING_NOISE_MS))
         slope = growth_exponent(fit, [timed[n][auction]["median"] for n in fit])
         result.details["exponents"][auction] = slope
         # the same fit on the fastest repeat: closer to the idle machine when others load it
@@ -416,18 +434,25 @@ def _reset_env(scenario: str, seed: int) -> Any:
     return env
 
 
+def run_in_subprocess(function: str, *args: Any, env: dict[str, str] | None = None) -> Any:
+    """``market.bench.<function>(*args)`` in a fresh interpreter (JSON in, JSON out), so that
+    what earlier sections left in this process's allocator cannot colour the figure."""
+    code = ("import json, sys; from market import bench; "
+            "print(json.dumps(getattr(bench, sys.argv[1])(*json.loads(sys.argv[2]))))")
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-c", code, function, json.dumps(args)],
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": path, **(env or {})})
+    if proc.returncode != 0:
+        raise RuntimeError(f"{function} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def env_memory_in_subprocess(scenario: str, count: int) -> dict[str, float]:
     """:func:`env_memory` in a fresh interpreter, so memory freed by earlier sections (which the
     allocator reuses without growing RSS) cannot hide the envs' footprint."""
-    code = ("import json, sys; from market.bench import env_memory; "
-            "print(json.dumps(env_memory(sys.argv[1], int(sys.argv[2]))))")
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-c", code, scenario, str(count)], capture_output=True,
-                          text=True, env=env, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"memory probe for {scenario} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_in_subprocess("env_memory", scenario, count)
 
 
 def section_memory(config: BenchConfig) -> SectionResult:

@@ -160,13 +160,33 @@ def _ranked_units(book: _Book) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n, m = book.bids.shape
     _, level = np.unique(book.priority, return_inverse=True)  # dense priority ranks 0..n-1
     if n * n * max(m, 1) < 2**62:
-        # the three tie-break keys (priority, unit, bidder) packed into one integer: a 2-key
-        # sort instead of 4 keys, about 30% faster at 10,000 bidders, same order
+        # the three tie-break keys (priority, unit, bidder) packed into one unique integer
         tie = (level[rows].astype(np.int64) * m + cols) * n + rows
-        order = np.lexsort((tie, -values))
+        order = _by_value_then_tie(values, tie)
     else:
         order = np.lexsort((rows, cols, book.priority[rows], -values))
     return rows[order], cols[order], values[order]
+
+
+def _by_value_then_tie(values: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """Indices ordering ``values`` from high to low, equal values by ``tie`` (unique) ascending.
+
+    One plain (unstable) sort by value, then only the runs of equal values are re-sorted by
+    ``tie``: bids rarely tie exactly, so this costs about a third of a two-key stable sort at
+    10^5 unit bids, and at worst (every bid equal) one more sort of the tied ones.
+    """
+    order = np.argsort(-values)
+    ranked = values[order]
+    same = ranked[1:] == ranked[:-1]  # position k+1 continues the run of position k
+    if same.any():
+        tied = np.zeros(ranked.size, dtype=bool)
+        tied[1:] |= same
+        tied[:-1] |= same
+        where = np.flatnonzero(tied)
+        run = np.cumsum(np.concatenate(([True], ~same)))[where]  # run number of each position
+        members = order[where]
+        order[where] = members[np.lexsort((tie[members], run))]
+    return order
 
 
 def _prefix_won(book: _Book, alloc: np.ndarray) -> np.ndarray:
