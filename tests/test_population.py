@@ -89,6 +89,13 @@ def job(
     )
 
 
+def open_offer(offer_id: str, side: str, blocks: int, price: float,
+          sender: str = "bidder_1") -> OfferView:
+    """An open offer to bidder_0, delivered and expiring in round 0."""
+    return OfferView(offer_id=offer_id, sender=sender, recipient="bidder_0", side=side,
+                     blocks=blocks, price=price, delivery_round=0, expires_round=0, status="open")
+
+
 def result(round_: int, **fields: Any) -> MarketResultView:
     return MarketResultView(
         **{"round": round_, "auction_type": "second_price", "blocks_sold": 0, **fields}
@@ -348,28 +355,8 @@ def test_greedy_hoarder_bids_beyond_need_at_high_prices_and_never_sells() -> Non
     assert len(bid.bids) == 8 > len(marginal_values(obs))  # needs one block, bids for all eight
     assert all(b == pytest.approx(45.0) for b in bid.bids)  # 1.5 x its value per block
     assert len(fresh(GreedyHoarder()).act(bidder_obs(jobs=obs.jobs, budget=100.0)).bids) == 2
-    asked = OfferView(
-        offer_id="o1",
-        sender="bidder_1",
-        recipient="bidder_0",
-        side="buy",
-        blocks=1,
-        price=500.0,
-        delivery_round=0,
-        expires_round=0,
-        status="open",
-    )
-    sold = OfferView(
-        offer_id="o2",
-        sender="bidder_1",
-        recipient="bidder_0",
-        side="sell",
-        blocks=1,
-        price=50.0,
-        delivery_round=0,
-        expires_round=0,
-        status="open",
-    )
+    asked = open_offer("o1", "buy", 1, 500.0)
+    sold = open_offer("o2", "sell", 1, 50.0)
     hoarder = fresh(GreedyHoarder())
     assert isinstance(
         hoarder.act(
@@ -697,17 +684,7 @@ def test_rule_expert_adapts_to_shocks() -> None:
 
 def test_rule_expert_trades_at_prices_that_pay() -> None:
     jobs = (job("j", 2, 30.0, 0),)
-    cheap = OfferView(
-        offer_id="o1",
-        sender="bidder_1",
-        recipient="bidder_0",
-        side="sell",
-        blocks=1,
-        price=25.0,
-        delivery_round=0,
-        expires_round=0,
-        status="open",
-    )
+    cheap = open_offer("o1", "sell", 1, 25.0)
     dear = cheap.model_copy(update={"offer_id": "o2", "price": 45.0})
     expert = fresh(RuleExpert())
     assert isinstance(
@@ -721,17 +698,7 @@ def test_rule_expert_trades_at_prices_that_pay() -> None:
     offer = fresh(RuleExpert()).act(spare)
     assert isinstance(offer, SendOffer) and offer.side == "sell" and offer.blocks == 2
     assert offer.delivery_round == 0 and offer.price >= 2 * 10.0
-    wants = OfferView(
-        offer_id="o3",
-        sender="bidder_2",
-        recipient="bidder_0",
-        side="buy",
-        blocks=2,
-        price=30.0,
-        delivery_round=0,
-        expires_round=0,
-        status="open",
-    )
+    wants = open_offer("o3", "buy", 2, 30.0, sender="bidder_2")
     accept = fresh(RuleExpert()).act(spare.model_copy(update={"offers_received": [wants]}))
     assert accept == AcceptOffer(offer_id="o3")
     too_many = wants.model_copy(update={"blocks": 3})
@@ -782,17 +749,7 @@ def test_rule_expert_proposes_and_joins_buying_clubs() -> None:
 
 def test_no_negotiation_never_negotiates() -> None:
     jobs = (job("j", 2, 30.0, 0),)
-    offer = OfferView(
-        offer_id="o1",
-        sender="bidder_1",
-        recipient="bidder_0",
-        side="sell",
-        blocks=1,
-        price=1.0,
-        delivery_round=0,
-        expires_round=0,
-        status="open",
-    )
+    offer = open_offer("o1", "sell", 1, 1.0)
     agent = fresh(NoNegotiationBidder())
     assert isinstance(
         agent.act(bidder_obs(phase="negotiation", jobs=jobs, offers_received=[offer])), Wait
