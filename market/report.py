@@ -24,7 +24,7 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -786,6 +786,18 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return ticks
 
 
+def _y_grid(ticks: list[float], sy: Callable[[float], float], left: float,
+            width: float) -> list[Safe]:
+    """A horizontal grid line and a left-hand label at each y tick."""
+    parts: list[Safe] = []
+    for t in ticks:
+        parts.append(h("line", x1=left, x2=left + width, y1=sy(t), y2=sy(t), class_="grid"))
+        parts.append(
+            h("text", _tick_label(t), x=left - 6, y=sy(t) + 4, class_="tick", text_anchor="end")
+        )
+    return parts
+
+
 def _tick_label(t: float) -> str:
     if t == int(t) and abs(t) < 1e15:
         return str(int(t))
@@ -853,12 +865,7 @@ def line_chart(
     def sy(y: float) -> float:
         return round(top + (1 - (y - y0) / (y1 - y0)) * ph, 2)
 
-    parts: list[Safe] = [h("title", title)]
-    for t in yt:
-        parts.append(h("line", x1=left, x2=left + pw, y1=sy(t), y2=sy(t), class_="grid"))
-        parts.append(
-            h("text", _tick_label(t), x=left - 6, y=sy(t) + 4, class_="tick", text_anchor="end")
-        )
+    parts: list[Safe] = [h("title", title), *_y_grid(yt, sy, left, pw)]
     if x_marks:
         every = max(1, math.ceil(len(x_marks) / 14))
         for i, (x, label) in enumerate(x_marks):
@@ -963,12 +970,7 @@ def bar_chart(
     def sy(y: float) -> float:
         return round(top + (1 - (y - y0) / (y1 - y0)) * ph, 2)
 
-    parts: list[Safe] = [h("title", title)]
-    for t in yt:
-        parts.append(h("line", x1=left, x2=left + pw, y1=sy(t), y2=sy(t), class_="grid"))
-        parts.append(
-            h("text", _tick_label(t), x=left - 6, y=sy(t) + 4, class_="tick", text_anchor="end")
-        )
+    parts: list[Safe] = [h("title", title), *_y_grid(yt, sy, left, pw)]
     slot = pw / max(1, len(bars))
     for i, (label, mean, ci) in enumerate(bars):
         if not math.isfinite(mean):

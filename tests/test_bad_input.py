@@ -393,18 +393,19 @@ def _fuzz_step(env: Any, action: Any) -> None:
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(phase=st.sampled_from(["design", "negotiation", "bidding"]), actions=st.lists(ACTIONS, min_size=1, max_size=8))
 def test_fuzz_actions(snapshots: dict[str, Any], phase: str, actions: list[Any]) -> None:
-    env = copy.deepcopy(snapshots[phase])
-    for action in actions:
-        if not env.agents:
-            break
-        _fuzz_step(env, action)
+    _fuzz_run(snapshots[phase], actions)
 
 
 @pytest.mark.slow
 @settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(phase=st.sampled_from(["design", "negotiation", "bidding"]), actions=st.lists(ACTIONS, min_size=1, max_size=25))
 def test_fuzz_actions_long(snapshots: dict[str, Any], phase: str, actions: list[Any]) -> None:
-    env = copy.deepcopy(snapshots[phase])
+    _fuzz_run(snapshots[phase], actions)
+
+
+def _fuzz_run(snapshot: Any, actions: list[Any]) -> None:
+    """Step a copy of ``snapshot`` with ``actions`` (checked by :func:`_fuzz_step`) until done."""
+    env = copy.deepcopy(snapshot)
     for action in actions:
         if not env.agents:
             break
