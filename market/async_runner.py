@@ -163,7 +163,7 @@ def add_llm_arguments(parser: Any) -> None:
     group = parser.add_argument_group(
         "LLM seats", "runs with an llm: seat play their episodes as asyncio tasks in this process, "
                      "sharing one client pool (see docs/llm-seats.md)")
-    group.add_argument("--max-in-flight", type=int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
+    group.add_argument("--max-in-flight", type=int, default=None, metavar="N",
                        help=f"model requests in flight in all (default {DEFAULT_MAX_IN_FLIGHT})")
     group.add_argument("--per-endpoint", type=int, default=None, metavar="N",
                        help="model requests in flight per server (default: --max-in-flight)")
@@ -178,19 +178,30 @@ def add_llm_arguments(parser: Any) -> None:
                             "no prices are built in)")
 
 
+#: the pool and budget flags of :func:`add_llm_arguments` (flag, attribute); None when not given
+POOL_FLAGS = (("--max-in-flight", "max_in_flight"), ("--per-endpoint", "per_endpoint"),
+              ("--episodes-in-flight", "episodes_in_flight"), ("--budget-tokens", "budget_tokens"),
+              ("--budget-usd", "budget_usd"))
+
+
+def given_llm_flags(args: Any) -> list[str]:
+    """The pool and budget flags the user gave (for refusing them where they do not apply)."""
+    return [flag for flag, attr in POOL_FLAGS if getattr(args, attr) is not None]
+
+
 def llm_options(args: Any) -> dict[str, Any]:
     """``run_jobs_async`` keyword arguments from parsed :func:`add_llm_arguments` options.
     Raises ``ValueError`` with a one-line message for a bad value."""
-    for flag, value in (("--max-in-flight", args.max_in_flight), ("--per-endpoint", args.per_endpoint),
-                        ("--episodes-in-flight", args.episodes_in_flight),
-                        ("--budget-tokens", args.budget_tokens)):
+    for flag, attr in POOL_FLAGS[:4]:
+        value = getattr(args, attr)
         if value is not None and value < 1:
             raise ValueError(f"{flag} {value}: give at least 1")
     if args.budget_usd is not None and not args.budget_usd > 0:
         raise ValueError(f"--budget-usd {args.budget_usd}: give an amount above 0")
     budget = Budget.from_options(args.budget_tokens, args.budget_usd, list(args.price))
-    return {"max_in_flight": args.max_in_flight, "per_endpoint": args.per_endpoint,
-            "max_episodes": args.episodes_in_flight, "budget": budget}
+    return {"max_in_flight": args.max_in_flight or DEFAULT_MAX_IN_FLIGHT,
+            "per_endpoint": args.per_endpoint, "max_episodes": args.episodes_in_flight,
+            "budget": budget}
 
 
 # ------------------------------------------------------------------------------------- benchmark

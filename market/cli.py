@@ -291,19 +291,14 @@ def _parser() -> argparse.ArgumentParser:
 def _llm_options(args: argparse.Namespace, command: str) -> dict | None:
     """The LLM pool/budget options of run and eval, or None after printing why they are bad
     (a bad value, or pool flags with --backend ray, which has no shared pool)."""
-    from market.async_runner import DEFAULT_MAX_IN_FLIGHT, llm_options
+    from market.async_runner import given_llm_flags, llm_options
 
     try:
         llm = llm_options(args)
     except ValueError as exc:
         print(f"gpumarket {command}: {exc}", file=sys.stderr)
         return None
-    given = [flag for flag, value in (("--max-in-flight", None if args.max_in_flight ==
-                                       DEFAULT_MAX_IN_FLIGHT else args.max_in_flight),
-                                      ("--per-endpoint", args.per_endpoint),
-                                      ("--episodes-in-flight", args.episodes_in_flight),
-                                      ("--budget-tokens", args.budget_tokens),
-                                      ("--budget-usd", args.budget_usd)) if value is not None]
+    given = given_llm_flags(args)
     if args.backend == "ray" and given:
         print(f"gpumarket {command}: {', '.join(given)} apply to LLM runs on the local backend "
               "(one shared client pool); leave them out with --backend ray (see docs/ray.md)",
