@@ -139,6 +139,29 @@ def _obs_digest(obs: Any) -> str:
     return hashlib.sha256(data.encode("utf-8", errors="replace")).hexdigest()[:16]
 
 
+def rebuild_env(t: Transcript) -> tuple[Any, bool]:
+    """A fresh env reset to the recorded episode's start: the header's resolved scenario and seed.
+    An LLM judge is replaced by its recorded verdicts (no model is called); the flag says so."""
+    from market.environment import raw_env
+
+    h = t.header
+    scenario = _scenario(t)
+    recorded_judge = not str(getattr(scenario, "judge", "rule")).startswith("rule")
+    if recorded_judge:
+        scenario = scenario.model_copy(update={"judge": "rule"})
+    try:
+        env = raw_env(scenario)
+        env.reset(seed=h.seed)
+    except Exception as exc:  # e.g. a seed this gpumarket cannot use
+        raise TranscriptError(
+            f"{t.path or 'transcript'}: cannot rebuild the recorded episode (scenario "
+            f"{h.scenario_name!r}, seed {h.seed}): {type(exc).__name__}: {exc}"
+        ) from None
+    if recorded_judge:
+        env.judge = RecordedJudge(t.rounds)
+    return env, recorded_judge
+
+
 def _load(source: Transcript | str | Path, partial: bool, verify: bool) -> Transcript:
     t = source if isinstance(source, Transcript) else read_transcript(source, verify=verify)
     if not t.complete and not partial:
@@ -162,26 +185,12 @@ def replay(
     edited, newer schema, or incomplete without ``partial``); a divergence is not an exception
     but ``report.mismatch``.
     """
-    from market.environment import raw_env
     from market.rollout import _Tally
 
     began = time.perf_counter()
     t = _load(source, partial, verify)
     h = t.header
-    scenario = _scenario(t)
-    recorded_judge = not str(getattr(scenario, "judge", "rule")).startswith("rule")
-    if recorded_judge:  # an LLM judge: replay its recorded verdicts, so no model is needed
-        scenario = scenario.model_copy(update={"judge": "rule"})
-    try:
-        env = raw_env(scenario)
-        env.reset(seed=h.seed)
-    except Exception as exc:  # e.g. a seed this gpumarket cannot use
-        raise TranscriptError(
-            f"{t.path or 'transcript'}: cannot rebuild the recorded episode (scenario "
-            f"{h.scenario_name!r}, seed {h.seed}): {type(exc).__name__}: {exc}"
-        ) from None
-    if recorded_judge:
-        env.judge = RecordedJudge(t.rounds)
+    env, recorded_judge = rebuild_env(t)
     report = ReplayReport(
         path=str(t.path) if t.path else None,
         scenario=h.scenario_name,

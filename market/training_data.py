@@ -102,29 +102,13 @@ class _Replayer:
     checking the seat, round, phase, observation digest and state digest of every step."""
 
     def __init__(self, t: Transcript, env: Any = None, next_step: int = 0) -> None:
-        from market.environment import raw_env
-        from market.replay import RecordedJudge, _scenario
+        from market.replay import rebuild_env
 
         self.t = t
         self.name = str(t.path or "transcript")
         self.next = next_step  # index of the next recorded step to play
-        if env is not None:  # continue from a restored env that is at step ``next_step``
-            self.env = env
-            return
-        scenario = _scenario(t)
-        recorded_judge = not str(getattr(scenario, "judge", "rule")).startswith("rule")
-        if recorded_judge:
-            scenario = scenario.model_copy(update={"judge": "rule"})
-        try:
-            self.env = raw_env(scenario)
-            self.env.reset(seed=t.header.seed)
-        except Exception as exc:
-            raise TranscriptError(
-                f"{self.name}: cannot rebuild the recorded episode (scenario "
-                f"{t.header.scenario_name!r}, seed {t.header.seed}): {type(exc).__name__}: {exc}"
-            ) from None
-        if recorded_judge:
-            self.env.judge = RecordedJudge(t.rounds)
+        # continue from a restored env that is at step ``next_step``, or start afresh
+        self.env = env if env is not None else rebuild_env(t)[0]
 
     def _diverged(self, ev: StepEvent, what: str, recorded: Any, live: Any) -> TranscriptError:
         return TranscriptError(
