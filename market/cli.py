@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_, description=help_, epilog=f"example: {EXAMPLES[name]}",
+        # argparse %-formats help strings (not descriptions): "95% CI" must be written "95%% CI"
+        return sub.add_parser(name, help=help_.replace("%", "%%"), description=help_,
+                              epilog=f"example: {EXAMPLES[name]}",
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
     def add_backend(cmd: argparse.ArgumentParser) -> None:
