@@ -3,8 +3,8 @@
 ``run_llm_bench(base_url)`` measures LLM decisions per second through :meth:`LLMAgent.aact` at
 several request-concurrency limits, with one :class:`RequestLimiter` shared by all agents (as the
 runner shares one across concurrent episodes). Point it at any OpenAI-compatible server; for a
-model-free figure, the test double ``tests/fake_openai_server.py --latency-ms 50`` answers every
-request after a fixed latency, so the ideal speed-up at concurrency *c* is *c*.
+model-free figure, the test double ``python -m market.fake_openai_server --latency-ms 50``
+answers every request after a fixed latency, so the ideal speed-up at concurrency *c* is *c*.
 
 ``compare_transports(base_url)`` measures client CPU seconds per request for the ``openai``
 client's async transports (httpx and, if installed, aiohttp) at concurrency 32.
@@ -25,7 +25,6 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from agents.backends.base import RequestLimiter
@@ -157,11 +156,10 @@ def compare_transports(base_url: str, concurrency: int = 32, requests: int = 200
 
 @contextmanager
 def spawn_fake_server(latency_ms: float = 0.0) -> Iterator[str]:
-    """Start ``tests/fake_openai_server.py`` (the test double) in a subprocess; yields its base URL."""
-    script = Path(__file__).resolve().parents[1] / "tests" / "fake_openai_server.py"
-    if not script.exists():
-        raise FileNotFoundError(f"{script} not found: --spawn-fake needs a source checkout")
-    proc = subprocess.Popen([sys.executable, str(script), "--latency-ms", str(latency_ms)],
+    """Start :mod:`market.fake_openai_server` (the test double) in a subprocess; yields its base
+    URL. Run as a module of this installed package, so a wheel install needs no source checkout."""
+    proc = subprocess.Popen([sys.executable, "-m", "market.fake_openai_server",
+                             "--latency-ms", str(latency_ms)],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai_server import FakeOpenAIServer, Reply
 
+import market
 from agents.backends.base import BackendError
 from agents.backends.openai_backend import OpenAIBackend
 from agents.backends.pool import Budget, ClientPool, parse_price
 from agents.llm import LLMAgent
 from market.async_runner import run_jobs_async
+from market.fake_openai_server import FakeOpenAIServer, Reply
 from market.llm_bench import bench_observations
 from market.runner import RunConfigError, _play, read_results, run_scenario
 
@@ -339,3 +340,25 @@ def test_eval_takes_the_pool_and_budget_flags(tmp_path: Path,
     assert "gpumarket eval: budget spent:" in err and "1 episode(s) finished, 2 not started" in err
     rows = (tmp_path / "single_trade").glob("*/results.jsonl")
     assert sum(len(p.read_text().splitlines()) for p in rows) == 2  # one episode, two seats
+
+
+# --- the benchmark's test double ships in the package ---------------------------------------
+
+
+def test_the_llm_benchmark_spawns_the_packaged_test_double_from_any_folder(tmp_path: Path) -> None:
+    """``--spawn-fake`` runs ``python -m market.fake_openai_server``, so it needs no ``tests/``
+    folder (a wheel install has none): here it runs from a folder outside the checkout."""
+    import json
+    import subprocess
+    import sys
+
+    import market.fake_openai_server as double
+
+    assert Path(double.__file__).parent == Path(market.__file__).parent  # inside the package
+    proc = subprocess.run(
+        [sys.executable, "-m", "market.llm_bench", "--spawn-fake", "--latency-ms", "0",
+         "--concurrency", "2", "--decisions", "6"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["decisions"]
+    assert [r["concurrency"] for r in rows] == [2] and rows[0]["decisions"] == 6

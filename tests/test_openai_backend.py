@@ -8,7 +8,6 @@ import hashlib
 import pickle
 
 import pytest
-from fake_openai_server import FakeOpenAIServer, Reply
 
 from agents.backends.base import BackendError, Completion
 from agents.backends.openai_backend import (
@@ -17,6 +16,7 @@ from agents.backends.openai_backend import (
     aiohttp_available,
     is_local_url,
 )
+from market.fake_openai_server import FakeOpenAIServer, Reply
 
 KEY_ENV = "GPUMARKET_TEST_OPENAI_KEY"
 FAKE_KEY = "sk-test-ZEBRA-9f3c2a71-do-not-leak"
