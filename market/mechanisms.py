@@ -10,6 +10,7 @@ non-increasing marginal bids, one per block wanted, padded with ``-1`` (any nega
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -233,7 +234,7 @@ def _clear_first_price(book: _Book) -> Clearing:
     if sold == 0:
         return _nothing_sold(book)
     payments = np.bincount(win_rows, weights=win_values, minlength=book.n)
-    return Clearing(alloc, payments, won, float(payments.sum() / sold), -1)
+    return Clearing(alloc, payments, won, math.fsum(payments.tolist()) / sold, -1)
 
 
 def _clear_second_price(book: _Book) -> Clearing:
@@ -321,7 +322,7 @@ def _clear_vcg(book: _Book) -> Clearing:
     payments = np.zeros(book.n, dtype=np.float64)
     payments[winners] = np.clip(pay, units * book.reserve, stated)
     setter = int(rej_rows[0]) if rej_values.size and rej_values[0] > book.reserve else -1
-    return Clearing(alloc, payments, won, float(payments.sum() / sold), setter)
+    return Clearing(alloc, payments, won, math.fsum(payments.tolist()) / sold, setter)
 
 
 def _water_fill(demand: np.ndarray, capacity: int, priority: np.ndarray) -> np.ndarray:

@@ -12,6 +12,8 @@ raised to its scenario weight) plus an optional revenue term.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 LAB_COMPONENTS: tuple[str, ...] = (
@@ -36,21 +38,35 @@ def optimal_welfare(unit_values: np.ndarray, remaining: np.ndarray, blocks: int)
     if blocks <= 0 or unit_values.size == 0:
         return 0.0
     units = np.repeat(unit_values, remaining)
-    if units.size <= blocks:
-        return float(units.sum())
-    top = np.partition(units, units.size - blocks)[units.size - blocks:]
-    return float(top.sum())
+    if units.size > blocks:
+        # partition's output order depends on the CPU's SIMD path: sum exactly (order-free)
+        units = np.partition(units, units.size - blocks)[units.size - blocks:]
+    return math.fsum(units.tolist())
 
 
 def gini(x: np.ndarray) -> float:
     """Gini coefficient of non-negative values (0 = equal); 0 for fewer than 2 or all zero."""
     x = np.asarray(x, dtype=np.float64)
-    if x.size < 2 or x.sum() <= 0:
+    if x.size < 2 or not (x > 0).any():
         return 0.0
-    s = np.sort(x)
+    s = np.sort(x)  # sorted values do not depend on the input order; cumsum is sequential
     n = s.size
     cum = np.cumsum(s)
-    return float((n + 1 - 2 * (cum.sum() / cum[-1])) / n)
+    return float((n + 1 - 2 * (math.fsum(cum.tolist()) / cum[-1])) / n)
+
+
+def bid_distribution(bids: list[float]) -> dict[str, float]:
+    """Count, mean, population std, min, max and median of a non-empty list of unit bids.
+
+    Sums are exact (``math.fsum``), so the figures do not depend on the order of the bids.
+    """
+    s = sorted(bids)
+    n = len(s)
+    mean = math.fsum(s) / n
+    std = math.sqrt(math.fsum((b - mean) * (b - mean) for b in s) / n)
+    mid = n // 2
+    median = s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
+    return {"count": float(n), "mean": mean, "std": std, "min": s[0], "max": s[-1], "median": median}
 
 
 def stability(price: float, previous: float | None) -> float:
