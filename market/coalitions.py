@@ -17,7 +17,13 @@ from typing import Literal
 import numpy as np
 
 from market.actions import CommitToCoalition, FormCoalition, LeaveCoalition
-from market.ledger import ActionError, pay_operator
+from market.ledger import (
+    ActionError,
+    escrow_credits,
+    pay_operator,
+    pay_operator_from_escrow,
+    release_escrow,
+)
 from market.mechanisms import Mechanism
 from market.negotiation import seat_index
 from market.world import World
@@ -68,8 +74,7 @@ class CoalitionBook:
 def _escrow(world: World, coalition: Coalition, lab: int, amount: float) -> None:
     if world.labs[lab].budget + 1e-9 < amount:
         raise ActionError(f"you have {world.labs[lab].budget:.2f} credits, not {amount:.2f}; contribute less")
-    world.labs[lab].budget -= amount
-    coalition.balances[lab] = coalition.balances.get(lab, 0.0) + amount
+    escrow_credits(world, coalition.balances, lab, amount)
     coalition.contributed[lab] = coalition.contributed.get(lab, 0.0) + amount
 
 
@@ -114,7 +119,7 @@ def handle_commit(world: World, book: CoalitionBook, me: int, action: CommitToCo
 
 
 def _refund(world: World, coalition: Coalition, lab: int) -> None:
-    world.labs[lab].budget += coalition.balances.pop(lab, 0.0)
+    release_escrow(world, coalition.balances, lab)
 
 
 def dissolve(world: World, coalition: Coalition) -> None:
@@ -167,15 +172,9 @@ def split_blocks(coalition: Coalition, blocks: int) -> dict[int, int]:
 def charge_pool(world: World, coalition: Coalition, amount: float) -> dict[int, float]:
     """Pay ``amount`` to the operator from the pool, pro rata to members' balances."""
     pool = coalition.pool
-    charges: dict[int, float] = {}
     if amount <= 0 or pool <= 0:
-        return charges
-    for m in coalition.members:
-        share = amount * coalition.balances.get(m, 0.0) / pool
-        coalition.balances[m] = coalition.balances.get(m, 0.0) - share
-        charges[m] = share
-    world.operator_credits += amount
-    return charges
+        return {}
+    return pay_operator_from_escrow(world, coalition.balances, coalition.members, amount, pool)
 
 
 def end_of_round(world: World, book: CoalitionBook, now: int) -> None:

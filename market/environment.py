@@ -27,7 +27,7 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
 from market import coalitions as coal
-from market import execution, negotiation
+from market import execution, ledger, negotiation
 from market.actions import (
     AcceptOffer,
     ActionParseError,
@@ -293,12 +293,9 @@ class raw_env(AECEnv):
                 continue
             lab = world.labs[shock.target]
             if shock.kind == "budget_cut" and lab.active:
-                cut = lab.budget * min(1.0, shock.magnitude)
-                lab.budget -= cut
-                world.external_credits -= cut
+                ledger.burn_credits(world, shock.target, lab.budget * min(1.0, shock.magnitude))
             elif shock.kind == "windfall" and lab.active:
-                lab.budget += shock.magnitude
-                world.external_credits += shock.magnitude
+                ledger.mint_credits(world, shock.target, shock.magnitude)
             elif shock.kind == "lab_exit" and lab.active:
                 self._retire(shock.target, voluntary=False)
         for i, lab in enumerate(world.labs):

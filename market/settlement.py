@@ -28,7 +28,7 @@ from market.judge import (
     Verdict,
     allocate_judge_pool,
 )
-from market.ledger import pay_operator
+from market.ledger import issue_blocks, pay_for_blocks, pay_operator
 from market.mechanisms import Mechanism, clear
 from market.negotiation import Book
 from market.world import World
@@ -102,7 +102,7 @@ def clear_round(
         verdicts = allocate_judge_pool(book.pitches, world.labs, pool, now, float(world.reliability[now]),
                                        judge, judge_history)
         for v in verdicts:
-            world.holdings[v.lab, now] += v.granted
+            issue_blocks(world, v.lab, now, v.granted)
             granted += v.granted
             if v.false_claims:  # a false claim to the committee costs reputation
                 lab = world.labs[v.lab]
@@ -126,9 +126,7 @@ def clear_round(
             result.sold += blocks
             result.revenue += payment
             if entry.coalition_id is None:
-                world.labs[entry.lab].budget -= payment
-                world.operator_credits += payment
-                world.holdings[entry.lab, now] += blocks
+                pay_for_blocks(world, entry.lab, now, blocks, payment)
                 result.won[entry.lab] = result.won.get(entry.lab, 0) + blocks
                 result.paid[entry.lab] = result.paid.get(entry.lab, 0.0) + payment
             else:
@@ -136,7 +134,7 @@ def clear_round(
                 for member, share in charge_pool(world, coalition, payment).items():
                     result.paid[member] = result.paid.get(member, 0.0) + share
                 for member, got in split_blocks(coalition, blocks).items():
-                    world.holdings[member, now] += got
+                    issue_blocks(world, member, now, got)
                     result.won[member] = result.won.get(member, 0) + got
         if mechanism.shill_penalty > 0:
             for row, entry in enumerate(entries):

@@ -71,7 +71,8 @@ class Lab:
 
 @dataclass(slots=True)
 class World:
-    """All state drawn at reset plus the ledger that play changes."""
+    """All state drawn at reset plus the accounts that play changes (only through
+    :mod:`market.ledger`)."""
 
     labs: list[Lab]
     holdings: np.ndarray  # int64 (labs, rounds): blocks each lab owns for each round
@@ -80,12 +81,9 @@ class World:
     reliability: np.ndarray  # float64 (rounds,) after shocks
     energy_floor: np.ndarray  # float64 (rounds,) operator's floor price after shocks
     entry_round: np.ndarray  # int64 (labs,): round each lab enters (-1: never)
+    blocks_issued: np.ndarray  # int64 (rounds,): blocks the operator handed out per round
     operator_credits: float = 0.0
     external_credits: float = 0.0  # credits injected (windfalls) minus removed (budget cuts)
-
-    def total_credits(self) -> float:
-        """Lab budgets + operator + coalition escrow is tracked by the env; this is labs + operator."""
-        return float(sum(lab.budget for lab in self.labs)) + self.operator_credits
 
 
 def _uniform_int(rng: np.random.Generator, bounds: tuple[int, int], size: int | None = None) -> np.ndarray:
@@ -150,4 +148,5 @@ def generate_world(scenario: Scenario, rng: np.random.Generator) -> World:
         reliability=np.full(rounds, scenario.capacity.reliability),
         energy_floor=np.zeros(rounds),
         entry_round=entry_round,
+        blocks_issued=np.zeros(rounds, dtype=np.int64),
     )

@@ -8,8 +8,10 @@ job value plus its budget change (payments, trades, penalties) plus the shaping 
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ import scenarios
 from agents.base import BaseAgent
 from agents.registry import make_agent
 from agents.scripted import truthful_bid
+from market import ledger
 from market.actions import (
     AcceptOffer,
     Bid,
@@ -127,6 +130,11 @@ class InvariantChecker:
         raw = self.raw
         self.initial_holdings = raw.world.holdings.copy()
         self.initial_budgets = [lab.budget for lab in raw.world.labs]
+        self.initial_credits = math.fsum(self.initial_budgets)
+        assert not raw.world.blocks_issued.any() and raw.world.operator_credits == 0.0
+        self.round = raw.round
+        self.operator = raw.world.operator_credits
+        self.external = raw.world.external_credits
         self.n_results = 0
         self.progress = self._progress()
         self.seen |= set(raw.agents)
@@ -154,9 +162,22 @@ class InvariantChecker:
                 assert info["error"], "empty error message"
             elif info.get("action") in TALK_ACTIONS:
                 self.talks[agent] = self.talks.get(agent, 0) + 1
-        # credits conserved; budgets and holdings never negative
-        scale = max(1.0, raw._initial_credits)
+        # credits conserved, counted here from the accounts themselves (every coalition's escrow,
+        # dissolved ones included) and by the env's own audit; budgets and holdings never negative
+        scale = max(1.0, self.initial_credits)
+        escrow = math.fsum(b for c in raw.coalitions.coalitions.values() for b in c.balances.values())
+        total = math.fsum([lab.budget for lab in w.labs] + [escrow, w.operator_credits])
+        leak = total - self.initial_credits - w.external_credits
+        assert abs(leak) <= 1e-6 * scale, f"credits not conserved: {leak}"
         assert abs(raw.credit_balance()) <= 1e-6 * scale, f"credits not conserved: {raw.credit_balance()}"
+        # the operator only receives; credits enter or leave the market only with a budget shock
+        # of a round that started during this step
+        assert w.operator_credits >= self.operator - 1e-9, "the operator paid credits out"
+        if w.external_credits != self.external:
+            started = range(self.round + 1, raw.round + 1)
+            assert any(sh.round in started and sh.kind in ("budget_cut", "windfall") for sh in raw.shocks), (
+                f"external credits changed by {w.external_credits - self.external} without a budget shock")
+        self.round, self.operator, self.external = raw.round, w.operator_credits, w.external_credits
         for lab in w.labs:
             assert lab.budget >= -1e-9, f"{lab.seat} budget {lab.budget}"
             assert 0.0 <= lab.reputation <= 1.0
@@ -187,16 +208,19 @@ class InvariantChecker:
         new_results = raw.results[self.n_results:]
         if not new_results:
             assert (gained == 0).all(), "progress without a clearing"
+        # blocks: each round's holdings are its endowments plus what the operator issued for it
+        # (the ledger's tally), which is exactly that round's auction sales and judge grants
         cleared = {r.round: r for r in raw.results}
         for col in range(raw.scenario.rounds):
             total = int(w.holdings[:, col].sum())
+            issued = int(w.blocks_issued[col])
+            assert total == int(self.initial_holdings[:, col].sum()) + issued, f"blocks created for round {col}"
             if col in cleared:
                 r = cleared[col]
                 granted = sum(v.granted for v in r.verdicts)
-                assert r.sold + granted <= r.capacity == int(w.capacity[col])
-                assert total == int(self.initial_holdings[:, col].sum()) + r.sold + granted, (col, total)
+                assert issued == r.sold + granted <= r.capacity == int(w.capacity[col]), (col, issued, r.sold, granted)
             else:
-                assert total == int(self.initial_holdings[:, col].sum()), f"blocks created for round {col}"
+                assert issued == 0, f"blocks created for round {col} before its clearing"
         for r in new_results:
             # the progress of this clearing step ran on blocks the lab held that round
             assert len(new_results) == 1
@@ -354,14 +378,125 @@ def test_invariant_checker_catches_a_leak() -> None:
     with pytest.raises(AssertionError, match="credits"):
         checker.after(turn)
     raw.world.labs[0].budget -= 1.0
+    raw.world.operator_credits += 1.0  # credits from nowhere into the operator's account
+    with pytest.raises(AssertionError, match="credits not conserved"):
+        checker.after(turn)
+    raw.world.operator_credits -= 1.0
+    raw.world.external_credits += 1.0  # an injection booked without a budget shock
+    raw.world.labs[0].budget += 1.0
+    with pytest.raises(AssertionError, match="without a budget shock"):
+        checker.after(turn)
+    raw.world.external_credits -= 1.0
+    raw.world.labs[0].budget -= 1.0
     raw.world.holdings[1, 3] += 1
     with pytest.raises(AssertionError, match="blocks created"):
         checker.after(turn)
+    raw.world.blocks_issued[3] += 1  # issued by the tally, but round 3 has not cleared yet
+    with pytest.raises(AssertionError, match="before its clearing"):
+        checker.after(turn)
+    raw.world.blocks_issued[3] -= 1
     raw.world.holdings[1, 3] -= 1
+    checker.after(turn)  # all restored: passes again
     job = raw.world.labs[0].jobs[0]
     job.progress = job.size + 1
     with pytest.raises(AssertionError):
         checker.after(turn)
+
+
+def test_ledger_moves_by_hand() -> None:
+    """Each ledger function debits one account and credits another by the same amount (figures
+    chosen exact in binary, so the checks are equalities)."""
+    env = new_env("market_round", wrapped=False, labs__count=2, labs__entrants=0)
+    env.reset(seed=0)
+    w = env.world
+    w.labs[0].budget, w.labs[1].budget = 100.0, 50.0
+    held = w.holdings.copy()
+
+    def total() -> float:
+        return w.labs[0].budget + w.labs[1].budget + sum(balances.values()) + w.operator_credits - w.external_credits
+
+    balances: dict[int, float] = {}
+    ledger.transfer_credits(w, 0, 1, 30.0)
+    assert (w.labs[0].budget, w.labs[1].budget, total()) == (70.0, 80.0, 150.0)
+    assert ledger.pay_operator(w, 1, 100.0) == 80.0  # a penalty is capped at the budget
+    assert (w.labs[1].budget, w.operator_credits, total()) == (0.0, 80.0, 150.0)
+    ledger.pay_for_blocks(w, 0, 1, 2, 20.0)
+    assert (w.labs[0].budget, w.operator_credits, total()) == (50.0, 100.0, 150.0)
+    assert w.holdings[0, 1] == held[0, 1] + 2 and w.blocks_issued.tolist()[:2] == [0, 2]
+    ledger.mint_credits(w, 1, 40.0)
+    ledger.burn_credits(w, 0, 10.0)
+    assert (w.labs[0].budget, w.labs[1].budget, w.external_credits, total()) == (40.0, 40.0, 30.0, 150.0)
+    ledger.escrow_credits(w, balances, 0, 30.0)
+    ledger.escrow_credits(w, balances, 1, 10.0)
+    assert (w.labs[0].budget, w.labs[1].budget, balances, total()) == (10.0, 30.0, {0: 30.0, 1: 10.0}, 150.0)
+    shares = ledger.pay_operator_from_escrow(w, balances, [0, 1], 20.0, 40.0)
+    assert shares == {0: 15.0, 1: 5.0} and balances == {0: 15.0, 1: 5.0}
+    assert (w.operator_credits, total()) == (120.0, 150.0)
+    assert ledger.release_escrow(w, balances, 0) == 15.0
+    assert (w.labs[0].budget, balances, total()) == (25.0, {1: 5.0}, 150.0)
+    ledger.issue_blocks(w, 1, 0, 3)
+    ledger.move_blocks(w, 1, 0, 0, 2)
+    assert w.holdings[:, 0].tolist() == [held[0, 0] + 2, held[1, 0] + 1] and w.blocks_issued[0] == 3
+
+
+# Writes to the ledger's accounts outside market/ledger.py that are not credit or block
+# movements: the LLM seats' spend budgets (a different ``budget``) and the world's construction at
+# reset, before the opening balance the audits start from.
+NOT_MOVEMENTS = {
+    ("market/rollout.py", "agent.budget"),
+    ("agents/llm.py", "self.budget"),
+    ("market/shocks.py", "world.holdings[s.target, :s.round]"),
+}
+ACCOUNTS = {"budget", "operator_credits", "external_credits", "blocks_issued", "holdings", "balances"}
+MUTATORS = {"pop", "popitem", "clear", "update", "setdefault", "fill", "put", "itemset", "resize"}
+
+
+def _account_writes(path: str, tree: ast.AST) -> list[str]:
+    """Targets of assignments, deletions and mutating calls that touch a ledger account."""
+
+    def account(node: ast.expr) -> bool:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        return isinstance(node, ast.Attribute) and node.attr in ACCOUNTS
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            targets = [node.func.value]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("np.add.at", "np.subtract.at", "np.copyto"):
+            targets = node.args[:1]
+        else:
+            continue
+        for t in targets:
+            for leaf in t.elts if isinstance(t, ast.Tuple | ast.List) else [t]:
+                if account(leaf) and (path, ast.unparse(leaf)) not in NOT_MOVEMENTS:
+                    found.append(f"{path}:{node.lineno}: {ast.unparse(leaf)}")
+    return found
+
+
+def test_only_the_ledger_moves_credits_and_blocks() -> None:
+    """No module but market/ledger.py writes a budget, the operator's or external credits, a
+    coalition's escrow or block holdings, so every movement has a source and a sink."""
+    root = Path(__file__).resolve().parents[1]
+    found, scanned = [], 0
+    for package in ("market", "agents", "scenarios"):
+        for file in sorted((root / package).rglob("*.py")):
+            path = file.relative_to(root).as_posix()
+            if path == "market/ledger.py":
+                continue
+            scanned += 1
+            found += _account_writes(path, ast.parse(file.read_text(encoding="utf-8")))
+    assert scanned > 30
+    assert not found, "credits or blocks moved outside market.ledger:\n" + "\n".join(found)
+    # and the scan is not vacuous: it sees the kinds of writes the ledger itself makes
+    ledger_writes = _account_writes("market/ledger.py", ast.parse((root / "market/ledger.py").read_text(encoding="utf-8")))
+    assert len(ledger_writes) >= 12, ledger_writes
+    sneaky = "lab.budget -= x\nworld.holdings[i, r] += 1\ncoalition.balances.pop(i)\nw.operator_credits = 0.0\n"
+    assert len(_account_writes("market/x.py", ast.parse(sneaky))) == 4
 
 
 @pytest.mark.slow
