@@ -23,6 +23,7 @@ import tomllib
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,3 +151,29 @@ def play(
 
 def new_env(scenario: str = "market_round", wrapped: bool = True, **overrides: Any) -> Any:
     return (market.env if wrapped else market.raw_env)(scenario=scenario, **overrides)
+
+
+# --- tests write only to temporary folders --------------------------------------------------
+# A test that ran a CLI command with the checkout as its working directory once left runs/ there,
+# after which a user's own `gpumarket run` was refused as "a run of another configuration".
+_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT_OUTPUTS = ("runs", "eval", "tournament", "sft.jsonl", "report.html")
+
+
+def _outputs_in_checkout() -> set[str]:
+    return {name for name in _CHECKOUT_OUTPUTS if (_CHECKOUT / name).exists()}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_outputs_key] = _outputs_in_checkout()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    new = _outputs_in_checkout() - session.config.stash.get(_outputs_key, set())
+    if new and not hasattr(session.config, "workerinput"):  # report once, from the controller
+        print(f"\nERROR: the tests wrote {sorted(new)} into the checkout {_CHECKOUT}; tests must "
+              "write only to tmp_path (pass --out / cwd=tmp_path)")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_outputs_key = pytest.StashKey[set[str]]()
