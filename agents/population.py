@@ -1,4 +1,4 @@
-"""The built-in seat population (DESIGN.md section 5, issue "Agents").
+"""The built-in seat population (docs/design.md, section 7).
 
 DAEDALUS bidders: ``shader``, ``colluder``, ``dropout``, ``exploiter``. GPU-arena baselines:
 ``greedy_hoarder``, ``no_negotiation`` (``random_valid`` and ``always_accept`` live in

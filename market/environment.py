@@ -1,10 +1,12 @@
 """The PettingZoo AEC environment: a thin orchestrator over the market modules.
 
-A round, in turn order (DESIGN.md section 4):
-1. ``designer_0`` sets the mechanism (when the scenario gives the designer a seat);
-2. ``negotiation_turns`` passes over the active labs (offers, coalitions, messages, pitches...);
-3. one bidding pass over the active labs;
-4. clearing, 5. execution and shocks, 6. rewards for every seat — all inside the last bid's step.
+A round, in turn order (docs/design.md, section 4):
+1. budget shocks, exits and entries of the round apply; arrived jobs become active;
+2. ``designer_0`` sets the mechanism (when the scenario gives the designer a seat);
+3. ``negotiation_turns`` passes over the active labs (offers, coalitions, messages, pitches...);
+4. one bidding pass over the active labs;
+5. clearing, 6. contract deliveries, 7. execution, 8. rewards for every seat, 9. housekeeping,
+   10. the next round's start — all inside the last bid's step.
 
 Every step validates the action atomically: an invalid action changes nothing but the acting
 seat's ``invalid_action`` reward and sets ``infos[seat]["error"]`` to what was wrong and how to

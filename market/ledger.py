@@ -1,9 +1,9 @@
-"""Every movement of credits and blocks, each with its source and its sink (docs/design.md, 4.1).
+"""Every movement of credits and blocks, each with its source and its sink.
 
-No other module writes a lab's budget, the operator's or external credits, a coalition's escrow
-balances or block holdings: they call these functions, and ``tests/test_invariants.py`` checks
-that statically. Each function debits one account and credits another by the same amount, so
-conservation holds by construction:
+See docs/design.md, section 5.1. No other module writes a lab's budget, the operator's or
+external credits, a coalition's escrow balances or block holdings: they call these functions,
+and ``tests/test_invariants.py`` checks that statically. Each function debits one account and
+credits another by the same amount, so conservation holds by construction:
 
 - credits: lab budgets + coalition escrow + ``world.operator_credits`` equals the labs' initial
   budgets + ``world.external_credits`` (the only source and sink outside the market: windfalls

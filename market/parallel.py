@@ -36,8 +36,8 @@ def pass_seats(env: raw_env) -> list[str]:
 class ParallelMarketEnv(ParallelEnv):
     """The market as a PettingZoo ``ParallelEnv``: one ``step`` is one pass over the seats.
 
-    A round is the AEC schedule of DESIGN.md section 4: the design pass (``designer_0``), then
-    ``negotiation_turns`` negotiation passes and one bidding pass over the active labs. Each
+    A round is the AEC schedule of docs/design.md, section 4: the design pass (``designer_0``),
+    then ``negotiation_turns`` negotiation passes and one bidding pass over the active labs. Each
     ``step(actions)`` plays one pass:
 
     * every live agent submits an action, but only the seats that act in this pass are applied —

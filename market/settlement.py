@@ -1,6 +1,6 @@
 """Clearing a round: judge pool grants, the primary auction, coalition splits and penalties.
 
-Order (DESIGN.md section 4, step 4):
+Order (docs/design.md, section 4, step 5):
 1. The effective reserve is the mechanism's reserve or the energy floor, whichever is higher.
 2. ``floor(capacity x judge_pool_share)`` blocks go to the judge pool; grants are free. Blocks the
    judge does not grant return to the auction. A pitch with a false claim loses the lab

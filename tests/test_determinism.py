@@ -1,4 +1,4 @@
-"""Determinism and common random numbers (DESIGN.md section 8).
+"""Determinism and common random numbers (docs/design.md, section 5.3).
 
 ``reset(seed)`` fixes the episode given the agents; for one seed the world (jobs, shocks, capacity,
 reliability, energy floor, entries) is the same whatever the agents do, so policies are compared on

@@ -1,4 +1,4 @@
-"""No observation shows what is private to another seat (DESIGN.md section 7).
+"""No observation shows what is private to another seat (docs/design.md, section 5.2).
 
 After reset every lab's private state is overwritten with sentinel values that cannot occur by
 chance (budgets 987654.321 + 111111.111 x lab, job values 123456.789 + ..., job ids

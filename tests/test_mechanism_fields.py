@@ -1,4 +1,4 @@
-"""Every Mechanism field changes outcomes inside the env (DESIGN.md section 3).
+"""Every Mechanism field changes outcomes inside the env (docs/design.md, section 3).
 
 Each test plays scripted seats through ``market.raw_env`` on a tiny crafted world (no shocks,
 reliability 1, no endowments) and checks allocations, payments, penalties and observations against

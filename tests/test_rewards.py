@@ -1,4 +1,4 @@
-"""Rewards (DESIGN.md section 6): a hand-computed decomposition, the designer's composite, the
+"""Rewards (docs/design.md, section 6): a hand-computed decomposition, the designer's composite, the
 helper functions, and proof that talk alone cannot be farmed.
 """
 

@@ -1,4 +1,4 @@
-"""The built-in scenarios of DESIGN.md section 10: the DAEDALUS curriculum, shock_storm and
+"""The built-in scenarios of docs/design.md, section 8: the DAEDALUS curriculum, shock_storm and
 large_market load, are composed as documented, and run an episode each."""
 
 from __future__ import annotations
