@@ -15,12 +15,13 @@ the last decision's messages, raw replies, parsed action and error for transcrip
 from __future__ import annotations
 
 import asyncio
+import difflib
 import importlib
 import inspect
 import json
 import re
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -36,7 +37,7 @@ from agents.backends.base import (
     Completion,
     reporting,
 )
-from agents.backends.pool import ClientPool
+from agents.backends.pool import ClientPool, Price, cost_usd, lookup_price
 from agents.base import BaseAgent, as_flag
 from agents.cache import CachedBackend, occurrence_scope
 from market.actions import (
@@ -361,15 +362,17 @@ class LLMAgent(BaseAgent):
         params: further sampling parameters (top_p, stop, ...).
         send_seed: send the seat's seed (from ``reset``) as the request ``seed``.
         structured: pass the legal-action schema to the backend for structured output.
-        costs: ``{model: (usd per 1k prompt tokens, usd per 1k completion tokens)}``; a key also
-            matches model names it prefixes. Cache hits cost nothing.
+        prices: ``{model: (USD per million prompt tokens, USD per million completion tokens)}``,
+            the unit providers publish and ``--price`` takes; a key also matches model names it
+            prefixes. Cache hits cost nothing.
         call_timeout: hard limit in seconds on one async request (``aact``), on top of the
             backend's own timeout.
         limiter: a shared :class:`~agents.backends.base.RequestLimiter`, or a
             :class:`~agents.backends.pool.ClientPool` whose shared clients and per-endpoint limits
             the backend then uses (the runner sets it).
         budget: a :class:`~agents.backends.pool.Budget` charged with every completion's tokens
-            (the runner sets it; cache hits are free).
+            (the runner sets it; cache hits are free). Its price table prices this seat's
+            completions when ``prices`` does not.
     """
 
     name = "llm"
@@ -386,7 +389,7 @@ class LLMAgent(BaseAgent):
         params: Mapping[str, Any] | None = None,
         send_seed: bool = True,
         structured: bool = True,
-        costs: Mapping[str, tuple[float, float]] | None = None,
+        prices: Mapping[str, Price] | None = None,
         call_timeout: float | None = None,
         limiter: Any = None,
         budget: Any = None,
@@ -406,7 +409,7 @@ class LLMAgent(BaseAgent):
         }
         self.send_seed = send_seed
         self.structured = structured
-        self.costs = dict(costs or {})
+        self.prices = {str(k): (float(v[0]), float(v[1])) for k, v in (prices or {}).items()}
         self.call_timeout = call_timeout
         if limiter is not None:
             self.limiter = limiter
@@ -525,17 +528,26 @@ class LLMAgent(BaseAgent):
         if outcome.cached:
             stats["cache_hits"] += 1
             return
-        if self.budget is not None:
-            self.budget.charge(outcome.model or self.model, outcome.prompt_tokens, outcome.completion_tokens)
-        price = self._price(outcome.model) or self._price(self.model)
+        price = self.price_of(outcome.model)
+        if self.budget is not None:  # charged at the seat's price, so the run total is their sum
+            self.budget.charge(outcome.model or self.model, outcome.prompt_tokens,
+                               outcome.completion_tokens, price)
         if price is not None:
-            stats["cost_usd"] += (outcome.prompt_tokens * price[0] + outcome.completion_tokens * price[1]) / 1000.0
+            stats["cost_usd"] += cost_usd(price, outcome.prompt_tokens, outcome.completion_tokens)
 
-    def _price(self, model: str) -> tuple[float, float] | None:
-        if model in self.costs:
-            return self.costs[model]
-        prefixes = [k for k in self.costs if model.startswith(k)]
-        return self.costs[max(prefixes, key=len)] if prefixes else None
+    def price_of(self, model: str | None = None) -> Price | None:
+        """USD per million prompt and completion tokens of a completion by ``model`` (the name
+        the server reported) of this seat: the seat's own ``prices`` first, then the run
+        budget's table (``--price``); each looked up by the reported name, then by the seat's
+        model name. None when neither prices it."""
+        names = [n for n in (model, self.model) if n]
+        tables = [self.prices, self.budget.prices if self.budget is not None else {}]
+        for table in tables:
+            for name in names:
+                price = lookup_price(table, name)
+                if price is not None:
+                    return price
+        return None
 
     def _schema(self, obs: Observation) -> dict[str, Any] | None:
         return legal_action_schema(obs.legal_actions, obs.role == "designer") if self.structured else None
@@ -605,13 +617,16 @@ class LLMAgent(BaseAgent):
         """Build from spec parameters (strings are converted), e.g. for
         ``llm:openai?model=gpt-4o-mini&base_url=...&retries=1&cache=runs/llm.sqlite``.
 
-        Agent parameters: ``retries``, ``fallback``, ``temperature``, ``max_tokens``, ``send_seed``,
-        ``structured``, ``call_timeout``, ``cost_prompt`` and ``cost_completion`` (USD per 1k
-        tokens), ``cache`` (a SQLite path) and ``cache_mode``. Everything else goes to the
-        provider's backend (``openai``: :class:`~agents.backends.openai_backend.OpenAIBackend`).
-        Unknown parameters raise ``TypeError``.
+        Agent parameters (:data:`AGENT_PARAMS`): ``retries``, ``fallback``, ``temperature``,
+        ``max_tokens``, ``send_seed``, ``structured``, ``call_timeout``, ``price_prompt`` and
+        ``price_completion`` (USD per million tokens), ``cache`` (a SQLite path) and
+        ``cache_mode``. Everything else goes to the provider's backend (``openai``:
+        :class:`~agents.backends.openai_backend.OpenAIBackend`). An unknown parameter raises
+        ``TypeError`` naming every parameter the spec takes, with the nearest as a suggestion.
         """
         spec = "llm:" + provider + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
+        backend_cls = backend_class(provider)
+        _check_names(backend_cls, params)
         agent_kw: dict[str, Any] = {}
         for key, conv in _AGENT_PARAMS.items():
             if key in params:
@@ -620,9 +635,8 @@ class LLMAgent(BaseAgent):
         cache_mode = str(params.pop("cache_mode", "readwrite"))
         if cache is None and cache_mode != "readwrite":
             raise TypeError("cache_mode needs cache=PATH (the SQLite file)")
-        cost_prompt = params.pop("cost_prompt", None)
-        cost_completion = params.pop("cost_completion", None)
-        backend_cls = backend_class(provider)
+        price_prompt = params.pop("price_prompt", None)
+        price_completion = params.pop("price_completion", None)
         backend: Any
         if cache is not None and cache_mode == "read":
             # offline: the model is never contacted; the backend (if it can be built here) only
@@ -637,8 +651,9 @@ class LLMAgent(BaseAgent):
             model = backend.model
         if cache is not None:
             backend = CachedBackend(backend, str(cache), mode=cache_mode, model=str(model))  # type: ignore[arg-type]
-        if cost_prompt is not None or cost_completion is not None:
-            agent_kw["costs"] = {str(model): (float(cost_prompt or 0.0), float(cost_completion or 0.0))}
+        if price_prompt is not None or price_completion is not None:
+            agent_kw["prices"] = {str(model): (_price_value("price_prompt", price_prompt),
+                                               _price_value("price_completion", price_completion))}
         return cls(backend, spec=spec, **agent_kw)
 
     @classmethod
@@ -690,6 +705,59 @@ _AGENT_PARAMS: dict[str, Callable[[Any], Any]] = {
     "retries": int, "fallback": str, "temperature": _optional(float), "max_tokens": _optional(int),
     "send_seed": _bool, "structured": _bool, "call_timeout": _optional(float),
 }
+#: every parameter an ``llm:`` spec takes whatever its provider (the backend's come on top)
+AGENT_PARAMS: tuple[str, ...] = (*_AGENT_PARAMS, "price_prompt", "price_completion", "cache",
+                                 "cache_mode")
+#: parameters of earlier versions, refused with what to write instead
+_RENAMED = {
+    "cost_prompt": "price_prompt", "cost_completion": "price_completion",
+}
+
+
+def _price_value(name: str, value: Any) -> float:
+    try:
+        price = float(value or 0.0)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}={value!r}: give USD per million tokens as a number, "
+                        "e.g. price_prompt=0.15&price_completion=0.60") from None
+    if not price >= 0:
+        raise TypeError(f"{name}={value!r}: a price cannot be negative")
+    return price
+
+
+def backend_params(backend_cls: type) -> list[str] | None:
+    """The parameter names of a backend class's constructor (None: it takes any keyword)."""
+    sig = inspect.signature(backend_cls)
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return [n for n, p in sig.parameters.items()
+            if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def unknown_parameter_message(name: str, where: str, groups: Mapping[str, Sequence[str]]) -> str:
+    """``unknown parameter 'retrys'[ for WHERE]; did you mean 'retries'? GROUP parameters: ...``
+    with the nearest valid name (difflib) and every valid one, by group."""
+    valid = [n for names in groups.values() for n in names]
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}? " if close else "; "
+    listed = "; ".join(f"{group} parameters: {', '.join(names) or '(none)'}"
+                       for group, names in groups.items())
+    return f"unknown parameter {name!r}{f' for {where}' if where else ''}{hint}{listed}"
+
+
+def _check_names(backend_cls: type, params: Mapping[str, Any]) -> None:
+    """Refuse a parameter neither the agent nor the backend takes, listing both sets."""
+    backend = backend_params(backend_cls)
+    for key in params:
+        if key in _RENAMED:
+            raise TypeError(
+                f"{key} was USD per 1k tokens and is now {_RENAMED[key]}, in USD per million "
+                f"tokens as providers publish prices and as --price takes them: write "
+                f"{_RENAMED[key]}=<your {key} x 1000>")
+        if key in AGENT_PARAMS or backend is None or key in backend:
+            continue
+        raise TypeError(unknown_parameter_message(
+            key, "", {"agent": AGENT_PARAMS, backend_cls.__name__: backend}))
 PROVIDERS: dict[str, str] = {
     "openai": "agents.backends.openai_backend:OpenAIBackend",
     "hf": "agents.backends.hf_backend:HFBackend",

@@ -83,7 +83,9 @@ def _check_prices(jobs: Sequence[Job], budget: Budget | None) -> None:
     """A cost limit needs a price for every LLM seat's model, else it could never be reached."""
     if budget is None or budget.max_cost_usd is None:
         return
-    models = llm_models([spec for _, job in jobs for spec in dict(job[2] or {}).values()])
+    # a seat with its own price_prompt/price_completion is priced whatever the table holds
+    models = llm_models([spec for _, job in jobs for spec in dict(job[2] or {}).values()
+                         if "price_prompt=" not in spec and "price_completion=" not in spec])
     missing = sorted(m for m in models if budget.price(m) is None)
     if missing:
         from market.runner import RunConfigError
@@ -175,7 +177,8 @@ def add_llm_arguments(parser: Any) -> None:
                        help="start no new episode once the run cost X USD (needs --price)")
     group.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT",
                        help="USD per million prompt and completion tokens of MODEL (repeatable; "
-                            "no prices are built in)")
+                            "no prices are built in): the run's and each LLM seat's cost_usd, "
+                            "unless the seat's spec has its own price_prompt/price_completion")
 
 
 #: the pool and budget flags of :func:`add_llm_arguments` (flag, attribute); None when not given
@@ -186,7 +189,8 @@ POOL_FLAGS = (("--max-in-flight", "max_in_flight"), ("--per-endpoint", "per_endp
 
 def given_llm_flags(args: Any) -> list[str]:
     """The pool and budget flags the user gave (for refusing them where they do not apply)."""
-    return [flag for flag, attr in POOL_FLAGS if getattr(args, attr) is not None]
+    given = [flag for flag, attr in POOL_FLAGS if getattr(args, attr) is not None]
+    return given + (["--price"] if getattr(args, "price", None) else [])  # a list, default []
 
 
 def llm_options(args: Any) -> dict[str, Any]:

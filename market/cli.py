@@ -396,6 +396,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from market.runner import (
         METRICS,
+        USAGE_COLUMNS,
         RunConfigError,
         RunInterrupted,
         evaluate,
@@ -469,6 +470,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         rich.add_column("agent")
         for scenario in table.scenarios:
             rich.add_column(scenario, justify="right")
+        for column in USAGE_COLUMNS:  # the seat's tokens and cost over every scenario and seed
+            rich.add_column(column, justify="right")
         for line in table.grid():
             rich.add_row(*(c.replace("±", "+/-") for c in line))
         console.print(rich)

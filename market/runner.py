@@ -658,6 +658,8 @@ class Cell:
     scenario: str
     seat: str
     returns: dict[int, float]
+    tokens: int = 0  # the seat's model tokens (prompt + completion) over these episodes
+    cost_usd: float = 0.0  # and their cost (priced by the seat's spec or --price)
 
     @property
     def n(self) -> int:
@@ -684,7 +686,8 @@ class EvalTable:
                 cell = self.cells[(agent, scenario)]
                 mean, half = cell.mean_ci
                 out.append({"scenario": scenario, "agent": agent, "seat": self.seat, "n": cell.n,
-                            "mean": mean, "ci95": half, "low": mean - half, "high": mean + half})
+                            "mean": mean, "ci95": half, "low": mean - half, "high": mean + half,
+                            "tokens": cell.tokens, "cost_usd": cell.cost_usd})
         return out
 
     def paired(self, agent: str, other: str, scenario: str) -> tuple[float, float]:
@@ -696,14 +699,16 @@ class EvalTable:
     def csv(self) -> str:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        keys = ("scenario", "agent", "seat", "n", "mean", "ci95", "low", "high")
+        keys = ("scenario", "agent", "seat", "n", "mean", "ci95", "low", "high", "tokens",
+                "cost_usd")
         writer.writerow(keys)
         for row in self.rows():
             writer.writerow([_csv_value(row[k]) for k in keys])
         return buf.getvalue()
 
     def grid(self) -> list[list[str]]:
-        """Agents x scenarios cells ``mean ± ci``; the best mean per scenario marked ``*``."""
+        """Agents x scenarios cells ``mean ± ci``, the best mean per scenario marked ``*``; then
+        the agent's tokens and USD cost over every scenario and seed (:data:`USAGE_COLUMNS`)."""
         best = {}
         for scenario in self.scenarios:
             means = {a: self.cells[(a, scenario)].mean_ci[0] for a in self.agents}
@@ -716,18 +721,21 @@ class EvalTable:
                 mean, half = self.cells[(agent, scenario)].mean_ci
                 mark = "*" if best[scenario] == agent and len(self.agents) > 1 else ""
                 line.append(f"{mean:.3f} ± {half:.3f}{mark}")
+            cells = [self.cells[(agent, scenario)] for scenario in self.scenarios]
+            line += [f"{sum(c.tokens for c in cells):,}", f"{math.fsum(c.cost_usd for c in cells):.4f}"]
             out.append(line)
         return out
 
     def markdown(self) -> str:
-        head = ["agent", *self.scenarios]
+        head = ["agent", *self.scenarios, *USAGE_COLUMNS]
         lines = [
             f"Mean return of `{self.seat}` ± 95% CI over {len(self.seeds)} seed(s) "
             f"({_seed_text(self.seeds)}); the other seats hold each scenario's own agents. "
-            "`*` marks the best mean per scenario.",
+            "`*` marks the best mean per scenario. Tokens (prompt + completion) and cost (USD, "
+            "where the model has a price) are the seat's, over every scenario and seed.",
             "",
             "| " + " | ".join(head) + " |",
-            "|" + "|".join(["---"] + ["---:"] * len(self.scenarios)) + "|",
+            "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|",
         ]
         lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in self.grid()]
         if len(self.agents) > 1:
@@ -745,6 +753,10 @@ class EvalTable:
         return "\n".join(lines) + "\n"
 
 
+#: the usage columns after the scenarios in :meth:`EvalTable.grid`
+USAGE_COLUMNS = ("tokens", "cost USD")
+
+
 def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -757,6 +769,15 @@ def _seed_text(seeds: Sequence[int]) -> str:
     if seeds and list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
         return f"{seeds[0]}..{seeds[-1]}"
     return ",".join(str(s) for s in seeds)
+
+
+def _cell(agent: str, scenario: str, seat: str, folder: _Folder) -> Cell:
+    """The seat's return, tokens and cost in each complete episode of ``folder``."""
+    rows = [next(r for r in folder.done[s] if r["seat"] == seat)
+            for s in folder.seeds if s in folder.done]
+    return Cell(agent, scenario, seat, {r["seed"]: r["return"] for r in rows},
+                tokens=sum(int(r["tokens"]["total"]) for r in rows),
+                cost_usd=math.fsum(float(r["stats"].get("cost_usd", 0.0)) for r in rows))
 
 
 def evaluate(
@@ -801,9 +822,7 @@ def evaluate(
     execute(list(folders.values()), workers=workers, backend=backend, address=address,
             progress=progress, label="eval", llm=llm)
     table = EvalTable(list(agents), names, seat, seeds, {
-        key: Cell(key[0], key[1], seat, {s: next(r["return"] for r in f.done[s] if r["seat"] == seat)
-                                          for s in f.seeds if s in f.done})
-        for key, f in folders.items()
+        key: _cell(key[0], key[1], seat, f) for key, f in folders.items()
     }, {f"{k[1]}/{k[0]}": f.failed for k, f in folders.items() if f.failed})
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.csv").write_text(table.csv(), encoding="utf-8")

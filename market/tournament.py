@@ -50,7 +50,7 @@ MANIFEST_FILE = "manifest.json"
 MIXED_POPULATION = ("rule_expert", "shader", "greedy_hoarder", "random_valid", "colluder",
                     "colluder", "dropout", "exploiter", "truthful")
 CSV_COLUMNS = ("role", "agent", "mu", "sigma", "ordinal", "matches", "wins", "win_rate",
-               "win_ci_low", "win_ci_high", "mean_return", "return_ci95")
+               "win_ci_low", "win_ci_high", "mean_return", "return_ci95", "tokens", "cost_usd")
 
 
 class TournamentError(ValueError):
@@ -232,6 +232,8 @@ class Standing:
     matches: int = 0
     wins: float = 0.0  # a first place shared by k agents counts 1/k
     returns: list[float] = field(default_factory=list)
+    tokens: int = 0  # model tokens (prompt + completion) of the agent's seats in this role
+    cost_usd: float = 0.0  # and their cost, priced by the seat spec's price_prompt/completion
 
     @property
     def ordinal(self) -> float:
@@ -243,7 +245,8 @@ class Standing:
         return {"role": self.role, "agent": self.agent, "mu": self.mu, "sigma": self.sigma,
                 "ordinal": self.ordinal, "matches": self.matches, "wins": self.wins,
                 "win_rate": self.wins / self.matches if self.matches else float("nan"),
-                "win_ci_low": low, "win_ci_high": high, "mean_return": mean, "return_ci95": half}
+                "win_ci_low": low, "win_ci_high": high, "mean_return": mean, "return_ci95": half,
+                "tokens": self.tokens, "cost_usd": self.cost_usd}
 
 
 def wilson_ci95(wins: float, n: int) -> tuple[float, float]:
@@ -318,13 +321,36 @@ def designer_games(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[d
     return games
 
 
+def usage(plan_: Plan, records: Mapping[str, dict[str, Any]], role: str
+          ) -> dict[str, tuple[int, float]]:
+    """agent -> (tokens, USD cost) of the seats it held in the finished matches of ``role``
+    (the bidder seats of bidder matches, the designer seat of designer matches)."""
+    tokens: dict[str, int] = {}
+    costs: dict[str, list[float]] = {}
+    for m in plan_.matches:  # schedule order: the same sums however the matches finished
+        rec = records.get(m.id)
+        if m.kind != role or rec is None:
+            continue
+        for seat, agent in m.seats.items():
+            if (seat == DESIGNER) != (role == "designer"):
+                continue
+            used = (rec.get("usage") or {}).get(seat) or {}
+            tokens[agent] = tokens.get(agent, 0) + int(used.get("tokens", 0))
+            costs.setdefault(agent, []).append(float(used.get("cost_usd", 0.0)))
+    return {a: (tokens[a], math.fsum(costs[a])) for a in tokens}
+
+
 def standings(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Table rows: bidders then designers, each by ordinal (mu - 3 sigma), best first."""
     rows: list[dict[str, Any]] = []
     for role, agents, games in (("bidder", plan_.bidders, bidder_games(plan_, records)),
                                 ("designer", plan_.designers, designer_games(plan_, records))):
         if agents:
-            ranked = sorted(rate_games(role, agents, games), key=lambda s: (-s.ordinal, s.agent))
+            used = usage(plan_, records, role)
+            table = rate_games(role, agents, games)
+            for standing in table:
+                standing.tokens, standing.cost_usd = used.get(standing.agent, (0, 0.0))
+            ranked = sorted(table, key=lambda s: (-s.ordinal, s.agent))
             rows.extend(s.row() for s in ranked)
     return rows
 
@@ -411,8 +437,13 @@ def _play(job: tuple[Scenario, Match]) -> dict[str, Any]:
         rec["rotation"] = m.rotation
     if m.population is not None:
         rec["population"], rec["designer"] = m.population, m.designer
+    stats = {seat: result.agent_stats.get(seat) or {} for seat in m.seats}
     rec.update(seats=m.seats, returns=result.returns, steps=result.steps,
-               invalid_actions=result.invalid_actions, agent_errors=result.agent_errors)
+               invalid_actions=result.invalid_actions, agent_errors=result.agent_errors,
+               usage={seat: {"tokens": int(st.get("prompt_tokens", 0) or 0)
+                             + int(st.get("completion_tokens", 0) or 0),
+                             "cost_usd": float(st.get("cost_usd", 0.0) or 0.0)}
+                      for seat, st in stats.items()})
     return rec
 
 
@@ -546,7 +577,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def display_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
-    """Rows as text cells: role, agent, mu, sigma, ordinal, matches, win rate [CI], return ± CI."""
+    """Rows as text cells: role, agent, mu, sigma, ordinal, matches, win rate [CI], return ± CI,
+    tokens, cost in USD."""
     cells = []
     for r in rows:
         win = (f"{_fmt(r['win_rate'], 2)} [{_fmt(r['win_ci_low'], 2)},{_fmt(r['win_ci_high'], 2)}]"
@@ -554,11 +586,13 @@ def display_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
         cells.append([r["role"], r["agent"], _fmt(r["mu"], 2), _fmt(r["sigma"], 2),
                       _fmt(r["ordinal"], 2), str(r["matches"]), win,
                       f"{_fmt(r['mean_return'])} ± {_fmt(r['return_ci95'])}"
-                      if r["matches"] or not math.isnan(r["mean_return"]) else "-"])
+                      if r["matches"] or not math.isnan(r["mean_return"]) else "-",
+                      f"{r['tokens']:,}", f"{r['cost_usd']:.4f}"])
     return cells
 
 
-HEADERS = ("role", "agent", "mu", "sigma", "mu-3σ", "matches", "win rate [CI]", "return ± CI")
+HEADERS = ("role", "agent", "mu", "sigma", "mu-3σ", "matches", "win rate [CI]", "return ± CI",
+           "tokens", "cost USD")
 
 
 def title(plan_: Plan, done: int) -> str:
@@ -581,7 +615,9 @@ def markdown(plan_: Plan, rows: list[dict[str, Any]], done: int) -> str:
     lines += ["- ratings: OpenSkill Plackett-Luce, bidders and designers rated separately; "
               "mu-3σ is the conservative ordinal the table is sorted by", "- win rate: share of "
               "matches ranked first (a shared first place counts 1/k), Wilson 95% CI; return: "
-              "mean episode return, Student-t 95% CI", ""]
+              "mean episode return, Student-t 95% CI",
+              "- tokens (prompt + completion) and cost (USD, for LLM seats whose spec sets "
+              "price_prompt/price_completion): of the agent's seats over all its matches", ""]
     lines.append("| " + " | ".join(HEADERS) + " |")
     lines.append("|" + "|".join("---" if i < 2 else "---:" for i in range(len(HEADERS))) + "|")
     lines += ["| " + " | ".join(c) + " |" for c in display_rows(rows)]

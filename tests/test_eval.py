@@ -115,14 +115,16 @@ def test_eval_table_aggregates_like_mean_ci95() -> None:
         ("a", "s"): Cell("a", "s", "bidder_0", {0: 1.0, 1: 2.0, 2: 3.0}),
         ("b", "s"): Cell("b", "s", "bidder_0", {0: 1.0, 1: 1.0, 2: 4.0}),
     })
-    assert table.grid() == [["a", "2.000 ± 2.484*"], ["b", "2.000 ± 4.303"]]
+    # then the usage columns: scripted seats use no model tokens
+    assert table.grid() == [["a", "2.000 ± 2.484*", "0", "0.0000"], ["b", "2.000 ± 4.303", "0", "0.0000"]]
     assert table.paired("a", "b", "s") == pytest.approx((0.0, 4.303 / math.sqrt(3)))  # 0, 1, -1
     head, first = table.csv().splitlines()[:2]
-    assert head == "scenario,agent,seat,n,mean,ci95,low,high"
+    assert head == "scenario,agent,seat,n,mean,ci95,low,high,tokens,cost_usd"
     cells = first.split(",")
     assert cells[:4] == ["s", "a", "bidder_0", "3"]
     half = 4.303 / math.sqrt(3)
-    assert [float(c) for c in cells[4:]] == pytest.approx([2.0, half, 2.0 - half, 2.0 + half])
+    assert [float(c) for c in cells[4:8]] == pytest.approx([2.0, half, 2.0 - half, 2.0 + half])
+    assert cells[8:] == ["0", "0.0"]
 
 
 def test_eval_cells_are_the_episodes_returns(tmp_path: Path) -> None:

@@ -10,17 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai_server import FakeOpenAIServer, Reply
 
 import market
 from agents.backends.base import BackendError, Completion, RequestLimiter
 from agents.backends.openai_backend import OpenAIBackend
+from agents.backends.pool import Budget
 from agents.base import BaseAgent
 from agents.cache import CachedBackend, cache_key
 from agents.llm import LLMAgent, extract_json, legal_action_schema
+from agents.registry import AgentSpecError, make_agent
 from agents.scripted import truthful_bid
 from market.actions import ACTION_CLASSES, ActionParseError, Bid, SetMechanism, Wait
+from market.cli import main as cli
 from market.environment import LEGAL
+from market.fake_openai_server import FakeOpenAIServer, Reply
 from market.observations import Observation
 from market.rollout import run_episode
 
@@ -236,9 +239,27 @@ def test_call_timeout_and_costs() -> None:
     agent = _agent(Slow(), call_timeout=0.05)
     assert asyncio.run(agent.aact(OBS["bidding"])) == Bid(bids=[])
     assert agent.stats["backend_errors"] == 1 and "call_timeout" in agent.last_exchange["error"]
-    priced = _agent(StubBackend(), costs={"stub": (1.0, 2.0)})  # a key prefixing the model name
+    # USD per million tokens; a key prefixing the model name prices it
+    priced = _agent(StubBackend(), prices={"stub": (1.0, 2.0)})
     priced.act(OBS["negotiation"])
-    assert priced.stats["cost_usd"] == pytest.approx((100 * 1.0 + 10 * 2.0) / 1000)
+    assert priced.stats["cost_usd"] == pytest.approx(0.00012)  # 100 x $1/M + 10 x $2/M
+
+
+def test_a_seat_without_its_own_price_is_priced_by_the_run_table() -> None:
+    """One price lookup: the seat's own price first, else the run budget's (--price) table, and
+    the budget is charged at whichever priced the seat, so its total is the seats' sum."""
+    budget = Budget(prices={"stub-model": (2.0, 8.0)})
+    table_priced = _agent(StubBackend(), budget=budget)
+    own_priced = _agent(StubBackend(), budget=budget, prices={"stub-model": (10.0, 10.0)})
+    table_priced.act(OBS["negotiation"])
+    own_priced.act(OBS["negotiation"])
+    assert table_priced.stats["cost_usd"] == pytest.approx(0.00028)  # 100 x $2/M + 10 x $8/M
+    assert own_priced.stats["cost_usd"] == pytest.approx(0.0011)  # 110 x $10/M
+    assert budget.cost_usd == pytest.approx(0.00028 + 0.0011) and budget.tokens == 220
+    assert not budget.unpriced
+    unpriced = _agent(StubBackend(), budget=Budget())
+    unpriced.act(OBS["negotiation"])
+    assert unpriced.stats["cost_usd"] == 0 and unpriced.budget.unpriced == {"stub-model"}
 
 
 def test_reset_zeroes_stats() -> None:
@@ -340,19 +361,19 @@ class Recorder(BaseAgent):
 
 def test_cache_replays_an_episode_offline(tmp_path: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "llm-cache.sqlite"
-    costs = {"fake-model": (0.5, 1.5)}
+    prices = {"fake-model": (500.0, 1500.0)}
     with FakeOpenAIServer() as srv:
         srv.script(Reply(match="You play seat bidder_1 ", content="{'action_type': 'wait',,"),  # repaired, cached
                    Reply(match="You play seat bidder_2 ", status=500))                         # recorded error
         live = {seat: Recorder(LLMAgent(CachedBackend(OpenAIBackend(
-            "fake-model", base_url=srv.base_url, api_key_env=KEY_ENV, max_retries=0), path), costs=costs))
+            "fake-model", base_url=srv.base_url, api_key_env=KEY_ENV, max_retries=0), path), prices=prices))
             for seat in SEATS}
         first = run_episode("market_round", seed=4, seats=live)
         served = len(srv.requests)
     # the server is gone and there is no key: replay from the cache only, agents built from a spec
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    spec = f"llm:openai?model=fake-model&cache={path}&cache_mode=read&cost_prompt=0.5&cost_completion=1.5"
+    spec = f"llm:openai?model=fake-model&cache={path}&cache_mode=read&price_prompt=500&price_completion=1500"
     replay = {seat: Recorder(LLMAgent.from_spec(spec)) for seat in SEATS}
     assert all(isinstance(r.inner.backend, CachedBackend) and r.inner.backend.backend is None for r in replay.values())
     second = run_episode("market_round", seed=4, seats=replay)
@@ -451,14 +472,14 @@ def test_async_episode_with_timeout(server: FakeOpenAIServer, key: str) -> None:
 def test_from_spec(server: FakeOpenAIServer, key: str, tmp_path: Path) -> None:
     spec = (f"llm:openai?model=fake-model&base_url={server.base_url}&api_key_env={KEY_ENV}&retries=1"
             "&timeout=5&max_retries=0&response_format=json_object&temperature=0.3&max_tokens=64"
-            f"&fallback=truthful&cost_prompt=0.5&cost_completion=1.5&cache={tmp_path / 'c.sqlite'}")
+            f"&fallback=truthful&price_prompt=0.5&price_completion=1.5&cache={tmp_path / 'c.sqlite'}")
     agent = LLMAgent.from_spec(spec)
     assert agent.retries == 1 and agent.fallback == "truthful" and agent.params == {"temperature": 0.3, "max_tokens": 64}
     assert isinstance(agent.backend, CachedBackend)
     inner = agent.backend.backend
     assert isinstance(inner, OpenAIBackend)
     assert (inner.timeout, inner.max_retries, inner.response_format) == (5.0, 0, "json_object")
-    assert agent.costs == {"fake-model": (0.5, 1.5)}
+    assert agent.prices == {"fake-model": (0.5, 1.5)}
     agent.reset(1)
     assert agent.act(OBS["negotiation"]) == Wait()
     assert server.requests[-1].body["response_format"]["type"] == "json_object"
@@ -469,6 +490,35 @@ def test_from_spec(server: FakeOpenAIServer, key: str, tmp_path: Path) -> None:
         LLMAgent.from_params("openai", modle="x", base_url=server.base_url)
     with pytest.raises(TypeError, match="unknown LLM provider"):
         LLMAgent.from_params("nope", model="x")
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("retrys", "retries"), ("falback", "fallback"),
+                                             ("bse_url", "base_url"), ("max_retry", "max_retries")])
+def test_a_misspelt_parameter_names_every_parameter_of_the_spec(typo: str, meant: str) -> None:
+    """The agent's parameters and the backend's, with the nearest as a suggestion."""
+    with pytest.raises(AgentSpecError) as info:
+        make_agent(f"llm:openai?model=x&base_url=http://127.0.0.1:9/v1&{typo}=3")
+    message = str(info.value)
+    assert f"unknown parameter {typo!r}" in message and f"did you mean {meant!r}?" in message
+    agent_part, backend_part = message.split("agent parameters: ")[1].split("; OpenAIBackend parameters: ")
+    assert {"retries", "fallback", "call_timeout", "price_prompt", "price_completion", "cache",
+            "cache_mode"} <= set(agent_part.split(", "))
+    assert {"model", "base_url", "timeout", "max_retries", "response_format"} <= set(backend_part.split(", "))
+
+
+def test_a_misspelt_parameter_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli(["run", "single_trade", "--seeds", "0", "--out", str(tmp_path), "--no-progress",
+                "--seat", "bidder_0=llm:openai?model=x&base_url=http://127.0.0.1:9/v1&retrys=3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "did you mean 'retries'?" in err and "Traceback" not in err
+
+
+def test_the_old_per_1k_price_parameters_are_refused_with_the_conversion() -> None:
+    with pytest.raises(AgentSpecError) as info:
+        make_agent("llm:openai?model=x&base_url=http://127.0.0.1:9/v1&cost_prompt=0.00015")
+    assert "price_prompt" in str(info.value) and "per million" in str(info.value)
+    with pytest.raises(AgentSpecError, match="cannot be negative"):
+        make_agent("llm:openai?model=x&base_url=http://127.0.0.1:9/v1&price_prompt=-1")
 
 
 def test_api_key_never_leaks(server: FakeOpenAIServer, key: str, tmp_path: Path) -> None:

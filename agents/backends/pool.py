@@ -17,8 +17,9 @@ does that); :class:`~agents.backends.openai_backend.OpenAIBackend` then takes it
 slots from the pool. Other backends (a local transformers model, a cache hit) take no slot.
 
 :class:`Budget` caps a run's tokens and cost: every completion's tokens are charged to it
-(cache hits are free), priced by a user-given table in USD per million tokens. The async runner
-stops *starting* episodes once it is spent.
+(cache hits are free), priced by the seat's own price or else a user-given table, both in USD per
+million tokens (:func:`lookup_price` is the one lookup). The async runner stops *starting*
+episodes once it is spent.
 """
 
 from __future__ import annotations
@@ -231,6 +232,24 @@ class ClientPool:
 # ------------------------------------------------------------------------------------- budget
 
 
+Price = tuple[float, float]  # USD per million prompt tokens, USD per million completion tokens
+
+
+def lookup_price(table: Mapping[str, Price], model: str) -> Price | None:
+    """``model``'s price in ``table`` (USD per million prompt and completion tokens): its own
+    entry, else the longest key that prefixes it (``gpt-4o-mini`` prices
+    ``gpt-4o-mini-2024-07-18``), else None. The one price lookup of seats and budgets."""
+    if model in table:
+        return table[model]
+    prefixes = [k for k in table if model.startswith(k)]
+    return table[max(prefixes, key=len)] if prefixes else None
+
+
+def cost_usd(price: Price, prompt_tokens: int, completion_tokens: int) -> float:
+    """The USD cost of one completion at ``price`` (USD per million tokens)."""
+    return (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6
+
+
 def parse_price(text: str) -> tuple[str, tuple[float, float]]:
     """``MODEL=IN,OUT`` (USD per million prompt and completion tokens) -> (model, (in, out))."""
     model, sep, rest = str(text).rpartition("=")
@@ -252,16 +271,17 @@ class Budget:
     """A cap on a run's model tokens and cost; spent once either limit is reached.
 
     ``prices``: model -> (USD per million prompt tokens, USD per million completion tokens).
-    There are no built-in prices: only models in this table are costed (a key also matches the
-    model names it prefixes, e.g. ``gpt-4o-mini`` covers ``gpt-4o-mini-2024-07-18``); tokens of
-    other models count towards ``max_tokens`` only and are listed in ``unpriced``. Cache hits
+    There are no built-in prices: only models in this table, or LLM seats with their own
+    ``price_prompt``/``price_completion``, are costed (a key also matches the model names it
+    prefixes, e.g. ``gpt-4o-mini`` covers ``gpt-4o-mini-2024-07-18``); tokens of other models
+    count towards ``max_tokens`` only and are listed in ``unpriced``. Cache hits
     cost nothing and count no tokens. After a run, ``stopped`` says whether the budget stopped
     it, and :meth:`message` says what was spent and what was not played.
     """
 
     max_tokens: int | None = None
     max_cost_usd: float | None = None
-    prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+    prices: dict[str, Price] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
@@ -292,22 +312,22 @@ class Budget:
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def price(self, model: str) -> tuple[float, float] | None:
-        if model in self.prices:
-            return self.prices[model]
-        prefixes = [k for k in self.prices if model.startswith(k)]
-        return self.prices[max(prefixes, key=len)] if prefixes else None
+    def price(self, model: str) -> Price | None:
+        return lookup_price(self.prices, model)
 
-    def charge(self, model: str, prompt_tokens: int, completion_tokens: int) -> None:
-        """Count one completion's tokens, and its cost if ``model`` has a price."""
-        price = self.price(model)
+    def charge(self, model: str, prompt_tokens: int, completion_tokens: int,
+               price: Price | None = None) -> None:
+        """Count one completion's tokens, and its cost at ``price`` (an LLM seat passes the price
+        it costed the completion at, its own or this table's), else at this table's price of
+        ``model``; a completion with neither is counted as unpriced."""
+        price = price if price is not None else self.price(model)
         with self._lock:
             self.prompt_tokens += int(prompt_tokens)
             self.completion_tokens += int(completion_tokens)
             if price is None:
                 self.unpriced.add(model)
             else:
-                self.cost_usd += (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6
+                self.cost_usd += cost_usd(price, prompt_tokens, completion_tokens)
 
     @property
     def exhausted(self) -> bool:
