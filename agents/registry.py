@@ -8,7 +8,9 @@ any importable class; ``llm:openai?...`` and ``llm:hf?...`` for LLM seats (agent
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 from urllib.parse import parse_qsl
@@ -90,6 +92,38 @@ def plugins() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+@dataclass(frozen=True)
+class PluginStatus:
+    """One installed plug-in, loaded: its entry point, the seats it fills and its first doc line,
+    or ``error`` (why it is broken: the import failed, or it is not an agent)."""
+
+    name: str
+    target: str  # the entry point's ``package.module:ClassName``
+    roles: tuple[str, ...] = ()
+    doc: str = ""
+    error: str | None = None
+
+
+def plugin_status() -> list[PluginStatus]:
+    """Every plug-in of the ``gpumarket.agents`` group, each imported to see whether it works; a
+    plug-in whose import raises is reported broken, with the error, instead of raising."""
+    out = []
+    for name, ep in sorted(plugins().items()):
+        try:
+            factory = ep.load()
+        except Exception as exc:  # a broken plug-in must not take the listing down
+            out.append(PluginStatus(name, ep.value, error=f"import failed: {type(exc).__name__}: {exc}"))
+            continue
+        roles = getattr(factory, "roles", None)
+        if not roles:
+            out.append(PluginStatus(name, ep.value, error="loads, but is not an agent (no roles)"))
+            continue
+        doc = (getattr(factory, "__doc__", None) or "").strip()
+        out.append(PluginStatus(name, ep.value, tuple(sorted(roles)),
+                                doc.splitlines()[0] if doc else ""))
+    return out
+
+
 def _load_py(target: str) -> Callable[..., BaseAgent]:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
@@ -130,6 +164,23 @@ def _make_llm(kind: str, params: dict[str, Any]) -> BaseAgent:
         raise AgentSpecError(f"llm:{kind}: {exc}") from None
 
 
+def _check_params(name: str, factory: Callable[..., BaseAgent], params: dict[str, Any]) -> None:
+    """Refuse a parameter the agent does not take, naming the ones it does (and the nearest)."""
+    from agents.llm import unknown_parameter_message
+
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature to check against: the call will say
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return
+    valid = [n for n, p in sig.parameters.items()
+             if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in params:
+        if key not in valid:
+            raise AgentSpecError(unknown_parameter_message(key, f"agent {name!r}", {name: valid}))
+
+
 def make_agent(spec: str, role: str | None = None) -> BaseAgent:
     """Build a fresh agent from its spec; ``role`` ('designer' or 'bidder') is checked if given."""
     name, params = parse_spec(spec)
@@ -137,6 +188,7 @@ def make_agent(spec: str, role: str | None = None) -> BaseAgent:
         agent = _make_llm(name[4:], params)
     else:
         factory = _resolve(name)
+        _check_params(name, factory, params)
         try:
             agent = factory(**params)
         except TypeError as exc:

@@ -547,15 +547,24 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_agents(args: argparse.Namespace) -> int:
-    from agents.registry import REGISTRY, plugins
+    from agents.registry import REGISTRY, plugin_status
 
     for name in sorted(REGISTRY):
         cls = REGISTRY[name]
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
         print(f"{name:<18} {','.join(sorted(getattr(cls, 'roles', ()))):<16} {doc}")
-    for name, ep in sorted(plugins().items()):
-        if name not in REGISTRY:
-            print(f"{name:<18} {'(plug-in)':<16} {ep.value}")
+    broken = []
+    for plugin in plugin_status():  # each plug-in is imported, so a broken one shows here
+        if plugin.name in REGISTRY:
+            continue
+        if plugin.error is None:
+            print(f"{plugin.name:<18} {','.join(plugin.roles):<16} {plugin.doc} (plug-in {plugin.target})")
+        else:
+            broken.append(plugin.name)
+            print(f"{plugin.name:<18} {'BROKEN':<16} plug-in {plugin.target}: {plugin.error}")
+    if broken:
+        print(f"gpumarket agents: {len(broken)} plug-in(s) cannot be used ({', '.join(broken)}); "
+              "fix or uninstall the distribution that registers them", file=sys.stderr)
     print("also: py:package.module:ClassName?..., llm:openai?model=...&base_url=..., llm:hf?path=..., "
           "torch_policy?path=CHECKPOINT (a policy from gpumarket train)")
     return 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.registry import AgentSpecError, make_agent, parse_spec, registered
+from agents.registry import AgentSpecError, make_agent, parse_spec, plugin_status, registered
 from agents.scripted import TruthfulBidder
 from market.rollout import run_concurrent, run_episode
 
@@ -89,13 +89,57 @@ def test_plugin_works_through_the_cli(plugin_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "market", "run", "single_trade", "--seeds", "0:2", "--workers", "2",
          "--seat", "bidder_0=flat_bidder?price=4", "--json", str(out)],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,  # runs/ goes there
     )
     assert proc.returncode == 0, proc.stderr
     assert "flat_bidder" in proc.stdout
     episodes = json.loads(out.read_text())
     assert [e["seed"] for e in episodes] == [0, 1]
     assert all(r["bids"]["bidder_0"] == [4.0] for e in episodes for r in e["rounds"])
+
+
+BROKEN_ENTRY_POINTS = """\
+[gpumarket.agents]
+broken_bidder = gm_no_such_module:Bidder
+not_an_agent = json:dumps
+"""
+
+
+@pytest.fixture
+def broken_plugins(tmp_path: Path) -> Path:
+    """A distribution (a bare dist-info folder) whose entry points do not load as agents."""
+    site = tmp_path / "site"
+    info = site / "gm_broken_plugin-0.0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gm-broken-plugin\nVersion: 0.0.1\n")
+    (info / "entry_points.txt").write_text(BROKEN_ENTRY_POINTS)
+    sys.path.insert(0, str(site))
+    importlib.invalidate_caches()
+    yield site
+    sys.path.remove(str(site))
+
+
+def test_a_broken_plugin_is_listed_broken_with_its_error(broken_plugins: Path, plugin_dir: Path,
+                                                           tmp_path: Path) -> None:
+    status = {p.name: p for p in plugin_status()}
+    assert status["broken_bidder"].error is not None
+    assert "ModuleNotFoundError" in status["broken_bidder"].error
+    assert "gm_no_such_module" in status["broken_bidder"].error
+    assert status["not_an_agent"].error == "loads, but is not an agent (no roles)"
+    assert status["flat_bidder"].error is None and status["flat_bidder"].roles == ("bidder",)
+    with pytest.raises(AgentSpecError, match="failed to load"):
+        make_agent("broken_bidder")
+    # the CLI, in a fresh interpreter that finds both distributions on PYTHONPATH
+    path = os.pathsep.join([str(broken_plugins), str(plugin_dir), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-m", "market", "agents"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path}, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
+    assert "BROKEN" in lines["broken_bidder"] and "gm_no_such_module" in lines["broken_bidder"]
+    assert "BROKEN" in lines["not_an_agent"] and "not an agent" in lines["not_an_agent"]
+    assert "BROKEN" not in lines["flat_bidder"] and lines["flat_bidder"].split()[1] == "bidder"
+    assert "BROKEN" not in lines["truthful"]
+    assert "2 plug-in(s) cannot be used (broken_bidder, not_an_agent)" in proc.stderr
 
 
 def test_py_spec_loads_any_importable_class() -> None:
@@ -108,7 +152,9 @@ def test_py_spec_loads_any_importable_class() -> None:
     [
         ("", ["empty agent spec"]),
         ("no_such_agent", ["unknown agent", "truthful"]),
-        ("truthful?colour=blue", ["does not take parameters", "colour"]),
+        ("truthful?colour=blue", ["unknown parameter 'colour'", "truthful parameters: (none)"]),
+        ("colluder?partner=bidder_1", ["unknown parameter 'partner'", "did you mean 'partners'?",
+                                       "partners, adapt, token"]),
         ("py:agents.scripted", ["py:package.module:ClassName"]),
         ("py:no_such_pkg.mod:Thing", ["cannot import", "no_such_pkg"]),
         ("py:agents.scripted:NoSuchClass", ["has no attribute", "NoSuchClass"]),
