@@ -70,9 +70,9 @@ async def _aplay(job: tuple[Any, ...], pool: ClientPool, budget: Budget | None
 
     scenario, seed, seats, transcript, digest_every, config = job
     try:
-        # no agent_timeout: as in the process pool, the backend's timeout and retry bounds apply,
-        # so the same seeds give the same rows on both paths
-        result = await arun_episode(scenario, seed, seats, limiter=pool, budget=budget, agent_timeout=None,
+        # the scenario's agent_timeout (the runner puts --agent-timeout there), as in the process
+        # pool, so the same seeds give the same rows on both paths
+        result = await arun_episode(scenario, seed, seats, limiter=pool, budget=budget,
                                     transcript=transcript, digest_every=digest_every)
     except Exception as exc:  # an env or agent-construction bug: report it, keep the run going
         return seed, None, [], f"{type(exc).__name__}: {exc}"[:1000]

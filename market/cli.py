@@ -1,7 +1,8 @@
 """The ``gpumarket`` command line.
 
 Exit codes: 0 success, 1 a run failed (e.g. an episode raised), 2 bad usage or input (unknown
-scenario, bad scenario key or value, bad seat spec, an output folder of another run), 130
+scenario, bad scenario key or value, bad seat spec, an output folder of another run), 3 a run with
+``--strict`` in which a seat fell back on more than the allowed share of its decisions, 130
 interrupted (Ctrl-C; finished episodes are kept and a rerun resumes).
 """
 
@@ -69,6 +70,29 @@ def one_line(exc: BaseException) -> str:
     return f"{head}: " + "; ".join(line.removeprefix("- ") for line in lines[1:])
 
 
+def _seconds(text: str) -> float:
+    """``--agent-timeout``: seconds >= 0 (0: no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(
+            f"--agent-timeout {text!r}: give seconds from 0 up (e.g. 30; 0: no limit)")
+    return value
+
+
+def _report_health(console: object, health: list, strict: float | None, command: str) -> bool:
+    """Print the seats' failures under a results table; True when ``--strict`` fails the run."""
+    from market.health import print_health, strict_failures
+
+    print_health(console, health, strict=strict)
+    reasons = strict_failures(health, strict)
+    for reason in reasons:
+        print(f"gpumarket {command}: --strict: {reason}", file=sys.stderr)
+    return bool(reasons)
+
+
 def parse_seat(text: str) -> tuple[str, str]:
     seat, sep, spec = text.partition("=")
     if not sep or not seat or not spec:
@@ -94,6 +118,20 @@ def _parser() -> argparse.ArgumentParser:
                          help="with --backend ray: the cluster to join (its head's address, or "
                               "'auto'); default: a private Ray instance on this machine")
 
+    def add_health(cmd: argparse.ArgumentParser) -> None:
+        from market.health import STRICT_EXIT, parse_share
+
+        cmd.add_argument("--agent-timeout", type=_seconds, default=None, metavar="SECONDS",
+                         help="seconds one decision of a seat may take; past it the seat plays "
+                              "its fallback action and a timeout is counted (default: the "
+                              "scenario's agent_timeout, 120; 0: no limit)")
+        cmd.add_argument("--strict", type=parse_share, nargs="?", const=0.0, default=None,
+                         metavar="SHARE",
+                         help=f"exit with code {STRICT_EXIT} when a seat (or an LLM judge) fell "
+                              "back on more than SHARE of its decisions: agent errors, timeouts "
+                              "and the agent's own fallbacks (SHARE from 0 to 1 or a percentage; "
+                              "default 0: any fallback fails the run)")
+
     run = add("run", "Run a scenario over seeds in parallel and print mean +/- 95% CI of each "
                      "seat's reward components. Every finished episode is kept in "
                      "OUT/SCENARIO/results.jsonl (one row per episode and seat) with its transcript "
@@ -111,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="discard what OUT/<scenario> holds and start over (default: resume)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_backend(run)
+    add_health(run)
     from market.async_runner import add_llm_arguments
 
     add_llm_arguments(run)
@@ -152,6 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-deviations", action="store_true",
                     help="with --mechanisms: skip the deviation (incentive) check")
     add_backend(ev)
+    add_health(ev)
     add_llm_arguments(ev)
 
     bench = add("bench", "Benchmark this machine: AEC steps/s per scenario, episodes/s with 1, 2 "
@@ -256,6 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     tour.add_argument("--max-matches", default=None, metavar="N",
                       help="stop after N new matches (rerun to continue)")
     add_backend(tour)
+    add_health(tour)
 
     sft = add("export-sft", "Export the LLM decisions of transcripts as a chat-format SFT "
                             "dataset (JSONL: messages = system, user, assistant; metadata = "
@@ -329,7 +370,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         summary = run_scenario(scenario, args.seeds, dict(args.seat), out, workers=args.workers,
                                transcripts=not args.no_transcripts,
                                progress=not args.no_progress, fresh=args.fresh,
-                               backend=args.backend, address=args.address, llm=llm)
+                               backend=args.backend, address=args.address, llm=llm,
+                               agent_timeout=args.agent_timeout)
     except RunConfigError as exc:
         print(f"gpumarket run: {exc}", file=sys.stderr)
         return 2
@@ -356,6 +398,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     mean, half = mean_ci95(list(summary.episode("welfare_ratio").values()))
     console.print(f"welfare ratio (realised / optimal, per round): {mean:.3f} +/- {half:.3f}; "
                   f"steps: {sum(summary.episode('steps').values())}")
+    from market.health import STRICT_EXIT, from_rows
+
+    strict_failed = _report_health(console, from_rows(rows), args.strict, "run")
     if args.json:
         by_seed: dict[int, list] = {}
         for row in rows:
@@ -383,7 +428,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"gpumarket run: {llm['budget'].message()}", file=sys.stderr)
     for seed, error in sorted(summary.failed.items()):
         print(f"gpumarket run: episode seed {seed} failed: {error}", file=sys.stderr)
-    return 1 if summary.failed else 0
+    return 1 if summary.failed else STRICT_EXIT if strict_failed else 0
 
 
 def _specs(text: str) -> list[str]:
@@ -421,13 +466,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 candidates=_specs(args.candidates) or None,
                 alternatives=_specs(args.alternatives) or None,
                 deviations=not args.no_deviations, progress=not args.no_progress,
-                fresh=args.fresh, backend=args.backend, address=args.address)
+                fresh=args.fresh, backend=args.backend, address=args.address,
+                agent_timeout=args.agent_timeout)
         else:
             out = args.out or Path("runs") / "eval"
             table = evaluate(_specs(args.agents), _specs(args.scenarios), args.seat, args.seeds,
                              out, args.workers, transcripts=args.transcripts,
                              progress=not args.no_progress, fresh=args.fresh,
-                             backend=args.backend, address=args.address, llm=llm)
+                             backend=args.backend, address=args.address, llm=llm,
+                             agent_timeout=args.agent_timeout)
     except RunConfigError as exc:
         print(f"gpumarket eval: {exc}", file=sys.stderr)
         return 2
@@ -463,7 +510,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             console.print(f"note: {note}", markup=False, highlight=False)
         print(f"tables: {out / 'mechanisms.md'}, {out / 'mechanisms.csv'}, "
               f"{out / 'deviations.csv'}; plots: {(out / 'mechanisms.html').resolve().as_uri()}")
-        failed = report.failed
+        failed, health = report.failed, report.health
     else:
         rich = Table(title=f"{table.seat}: mean return +/- 95% CI over {len(table.seeds)} seed(s)"
                            " (* best per scenario)")
@@ -476,13 +523,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             rich.add_row(*(c.replace("±", "+/-") for c in line))
         console.print(rich)
         print(f"tables: {out / 'eval.md'}, {out / 'eval.csv'}")
-        failed = table.failed
+        failed, health = table.failed, table.health
+    from market.health import STRICT_EXIT
+
+    strict_failed = _report_health(console, health, args.strict, "eval")
     if llm["budget"] is not None:  # what the run spent, and whether the budget stopped it
         print(f"gpumarket eval: {llm['budget'].message()}", file=sys.stderr)
     for where, seeds in sorted(failed.items()):
         for seed, error in sorted(seeds.items()):
             print(f"gpumarket eval: {where}: episode seed {seed} failed: {error}", file=sys.stderr)
-    return 1 if failed else 0
+    return 1 if failed else STRICT_EXIT if strict_failed else 0
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -675,7 +725,7 @@ def _cmd_tournament(args: argparse.Namespace) -> int:
         try:
             result = run_tournament(config, out, workers=workers, max_matches=limit,
                                     progress=progress, backend=args.backend,
-                                    address=args.address)
+                                    address=args.address, agent_timeout=args.agent_timeout)
         except (TournamentError, ScenarioError) as exc:
             bar.stop()
             print(f"gpumarket tournament: {one_line(exc)}", file=sys.stderr)
@@ -689,7 +739,11 @@ def _cmd_tournament(args: argparse.Namespace) -> int:
     state = "complete" if result.complete else "partial: rerun the same command to continue"
     console.print(f"{result.played} match(es) played now; {result.done} of {result.total} in "
                   f"{out} ({state}). Tables: {out / 'ratings.md'}, {out / 'ratings.csv'}")
-    return 0
+    from market.health import STRICT_EXIT, from_matches
+    from market.tournament import load_records
+
+    health = from_matches(load_records(out, planned).values())  # per agent: its seats rotate
+    return STRICT_EXIT if _report_health(console, health, args.strict, "tournament") else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ import html
 import json
 import math
 import re
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,6 +129,8 @@ class Event:
     live: bool = True
     agent_error: str | None = None  # the agent raised or timed out; its fallback action was played
     llm_error: str | None = None  # the LLM agent's own parse/request error
+    fallback: bool = False  # the LLM agent found no usable reply and played its fallback action
+    repairs: int = 0  # the LLM agent's re-asks after an unusable reply
 
     @property
     def reasoning(self) -> str | None:
@@ -402,6 +405,7 @@ def _event(rec: Mapping[str, Any], index: int) -> Event:
     result = _first(rec, "result", default=_first(info, "result"))
     reward = _first(rec, "reward", default=_mapping(_first(rec, "rewards")).get(seat))
     agent_error, llm_error = _first(rec, "agent_error"), _first(llm, "error")
+    attempts = llm.get("attempts")
     return Event(
         step=step if isinstance(step, int) and not isinstance(step, bool) else index,
         round=rnd if isinstance(rnd, int) and not isinstance(rnd, bool) else None,
@@ -421,6 +425,9 @@ def _event(rec: Mapping[str, Any], index: int) -> Event:
         live=_first(rec, "live", default=True) is not False,
         agent_error=None if agent_error is None else clean_text(agent_error),
         llm_error=None if llm_error is None else clean_text(llm_error),
+        fallback=llm.get("fallback") is True,
+        repairs=max(0, attempts - 1) if isinstance(attempts, int) and not isinstance(attempts, bool)
+        else 0,
     )
 
 
@@ -760,6 +767,27 @@ PALETTE = (
     "#9c755f",
     "#bab0ac",
 )
+#: one palette index per reward component name, the same in every chart of every report; a name
+#: not listed gets a stable index from its CRC-32
+COMPONENT_COLORS = {
+    "job_value": 0,
+    "auction_payments": 1,
+    "shill_penalty": 2,
+    "composite": 3,
+    "trade_balance": 4,
+    "withdrawal_penalty": 5,
+    "collusion_penalty": 6,
+    "invalid_action": 7,
+    "talk_cost": 8,
+}
+
+
+def component_color(name: str) -> int:
+    """The palette index of a reward component (see :data:`COMPONENT_COLORS`)."""
+    known = COMPONENT_COLORS.get(name)
+    return known if known is not None else zlib.crc32(name.encode("utf-8", "replace")) % len(PALETTE)
+
+
 EDGE_COLORS = {
     "trade": "#4e79a7",
     "coalition": "#59a14f",
@@ -1487,7 +1515,7 @@ def _episode_section(ep: Episode, idx: int) -> Safe:
         if not cum:
             continue
         series = [
-            Series(n, pts, names.index(n) if n in names else 0, step=True, markers=False)
+            Series(n, pts, component_color(n), step=True, markers=False)
             for n, pts in sorted(cum.items())
         ]
         seat_plots.append(
@@ -1536,7 +1564,7 @@ def _episode_section(ep: Episode, idx: int) -> Safe:
     )
     return h(
         "section",
-        h("h2", f"Episode {idx + 1}: {ep.scenario}, seed {fmt(ep.seed)}"),
+        h("h2", episode_title(ep)),
         [h("p", f"\u26a0 {p}", class_="warn") for p in ep.problems],
         [h("p", n, class_="muted") for n in ep.notes],
         h("div", meta, class_="cols"),
@@ -1571,6 +1599,45 @@ def _episode_section(ep: Episode, idx: int) -> Safe:
         class_="episode",
         id=f"ep-{idx}",
         data_episode=idx,
+    )
+
+
+def episode_title(ep: Episode) -> str:
+    """An episode's heading: named by its seed (the key to replay it), never by its position."""
+    if ep.seed is None:
+        return f"{ep.scenario}: {ep.label}"
+    return f"{ep.scenario}, seed {fmt(ep.seed)}"
+
+
+def _health(episodes: Sequence[Episode]) -> Safe:
+    """The box at the top of the page: per seat, the decisions that fell back (agent errors,
+    timeouts, the agent's own fallbacks), LLM repairs and LLM-judge fallbacks, with the first
+    error; red when a seat fell back on more than :data:`market.health.WARN_SHARE`."""
+    from market.health import WARN_SHARE, from_episodes, over_share, warnings
+
+    health = from_episodes(episodes)
+    troubled = [x for x in health if x.troubled]
+    decisions = sum(x.decisions for x in health)
+    if not troubled:
+        return h("p", f"Agent health: no fallbacks, agent errors, timeouts or repairs in "
+                      f"{decisions} decisions.", class_="ok", id="health")
+    loud = over_share(troubled, WARN_SHARE)
+    rows = [[x.seat, x.agent, str(x.decisions), f"{x.fallbacks} ({x.share:.0%})",
+             str(x.agent_errors), str(x.timeouts), str(x.repairs), clip(x.first_error or "", 300)]
+            for x in troubled]
+    return h(
+        "section",
+        h("h2", "\u26a0 Agent failures" if loud else "Agent fallbacks and repairs"),
+        [h("p", line, class_="err") for line in warnings(troubled)],
+        _table(["seat", "agent", "decisions", "fell back", "errors", "timeouts", "repairs",
+                "first error"], rows, "health", numeric=(2, 3, 4, 5, 6)),
+        h("p", "A decision falls back when the agent raised, ran past the time limit or found "
+               "no usable reply; the seat then played the safe fallback action (abstain in "
+               "bidding, wait otherwise). Repairs are an LLM seat's re-asks after an unusable "
+               "reply. The judge row counts an LLM judge's verdicts that fell back on the rule "
+               "verdict.", class_="muted"),
+        class_="health alert" if loud else "health note",
+        id="health",
     )
 
 
@@ -1671,6 +1738,9 @@ h2{font-size:19px;margin:28px 0 8px;border-bottom:2px solid var(--accent);paddin
 h3{font-size:16px;margin:18px 0 6px}h4{font-size:14px;margin:12px 0 4px;color:#374151}
 .muted{color:var(--muted)}.err{color:#b42318}
 .warn{background:#fff4e5;border:1px solid #f5b971;padding:4px 8px;border-radius:4px}
+.health{margin:12px 0;padding:4px 14px 8px;border-radius:6px}.health h2{margin-top:8px}
+.health.alert{background:#fdecea;border:2px solid #b42318}.health.alert h2{color:#b42318}
+.health.note{background:#fff4e5;border:1px solid #f5b971}.ok{color:#1a7f37}
 table{border-collapse:collapse;margin:4px 0 10px;font-size:13px}.tw{max-width:100%;overflow-x:auto}
 th,td{border:1px solid var(--line);padding:3px 7px;text-align:left;vertical-align:top}
 th{background:var(--panel);font-weight:600}
@@ -1746,6 +1816,7 @@ def build_report(episodes: Sequence[Episode]) -> str:
         h("header", h("h1", TITLE), h("p", subtitle, class_="muted"), nav),
         h(
             "main",
+            _health(episodes) if episodes else None,
             _index(episodes) if many else None,
             _aggregate(episodes) if many else None,
             [_episode_section(ep, i) for i, ep in enumerate(episodes)],

@@ -13,9 +13,9 @@ What a run folder holds:
   another scenario or other seats is refused (:class:`RunConfigError`) instead of mixed in.
 * ``results.jsonl``: one JSON row per (episode, seat), appended and flushed as each episode
   finishes (all rows of an episode in one write): return, reward components, invalid actions,
-  agent errors and fallbacks, tokens and the agent's other stats, plus the episode's welfare
-  ratio, revenue, mean clearing price and designer parts (the same in every row of the episode).
-  See :data:`ROW_KEYS`.
+  decisions, agent errors, timeouts, fallbacks and repairs, tokens and the agent's other stats,
+  plus the episode's welfare ratio, revenue, mean clearing price, designer parts and LLM-judge
+  fallbacks (the same in every row of the episode). See :data:`ROW_KEYS`.
 * ``rounds.jsonl``: one line per episode with its round log (mechanism, bids, clearing,
   payments, designer parts per round), written just before the episode's rows.
 * ``transcripts/<seed>.jsonl``: the episode transcripts (unless ``transcripts=False``).
@@ -47,12 +47,22 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from market.environment import DESIGNER
-from market.rollout import EpisodeResult, mean_ci95, resolve_seats, run_episode, transcript_path
+from market.rollout import (
+    EpisodeResult,
+    mean_ci95,
+    resolve_seats,
+    run_episode,
+    transcript_path,
+    with_agent_timeout,
+)
 from scenarios import deep_merge, load_scenario
 from scenarios.schema import Scenario
+
+if TYPE_CHECKING:
+    from market.health import SeatHealth
 
 FORMAT = 1
 MANIFEST = "run.json"
@@ -63,9 +73,9 @@ TRANSCRIPTS = "transcripts"
 #: the keys of a results row, in order
 ROW_KEYS = (
     "config", "scenario", "seed", "seat", "agent", "role",
-    "return", "components", "invalid_actions", "agent_errors", "fallbacks", "tokens", "stats",
-    "last_agent_error",
-    "welfare_ratio", "revenue", "mean_price", "designer", "rounds", "steps", "seconds",
+    "return", "components", "invalid_actions", "decisions", "agent_errors", "timeouts",
+    "fallbacks", "repairs", "tokens", "stats", "first_error", "last_agent_error",
+    "welfare_ratio", "revenue", "mean_price", "designer", "judge", "rounds", "steps", "seconds",
     "transcript",
 )
 #: designer parts averaged over an episode's rounds (``row["designer"]``)
@@ -101,6 +111,8 @@ def _mean(values: Sequence[float]) -> float:
 
 def episode_rows(result: EpisodeResult, config: str) -> list[dict[str, Any]]:
     """One row per seat of a finished episode (see :data:`ROW_KEYS`)."""
+    from market.health import judge_counts, seat_counts
+
     log = result.round_log
     designer = {p: _mean([float(r["designer"].get(p, 0.0)) for r in log]) for p in DESIGNER_PARTS}
     episode = {
@@ -108,28 +120,34 @@ def episode_rows(result: EpisodeResult, config: str) -> list[dict[str, Any]]:
         "revenue": float(sum(r["revenue"] for r in log)),
         "mean_price": _mean([float(r["price"]) for r in log]),
         "designer": designer,
+        "judge": judge_counts(log),
         "rounds": len(log),
         "steps": result.steps,
         "seconds": round(result.seconds, 6),
         "transcript": result.transcript,
     }
     rows = []
+    health = seat_counts(result)
     for seat, agent in result.seats.items():
         stats = {k: v for k, v in (result.agent_stats.get(seat) or {}).items()
                  if isinstance(v, int | float)}
-        errors = int(result.agent_errors.get(seat, 0))
+        counts = health[seat]
         rows.append({
             "config": config, "scenario": result.scenario, "seed": result.seed, "seat": seat,
             "agent": agent, "role": "designer" if seat == DESIGNER else "bidder",
             "return": result.returns.get(seat, 0.0),
             "components": dict(result.components.get(seat, {})),
             "invalid_actions": int(result.invalid_actions.get(seat, 0)),
-            "agent_errors": errors,
-            # an agent error makes the runner play the fallback action; an LLM agent also
-            # falls back on its own when no valid action can be parsed (stats["fallbacks"])
-            "fallbacks": errors + int(stats.get("fallbacks", 0)),
+            "decisions": counts["decisions"],
+            "agent_errors": counts["agent_errors"],
+            "timeouts": counts["timeouts"],
+            # an agent error or timeout makes the runner play the fallback action; an LLM agent
+            # also falls back on its own when no valid action can be parsed (stats["fallbacks"])
+            "fallbacks": counts["fallbacks"],
+            "repairs": counts["repairs"],  # an LLM seat re-asked after an unusable reply
             "tokens": _tokens(stats),
             "stats": stats,
+            "first_error": counts["first_error"],
             "last_agent_error": result.last_agent_error.get(seat),
             **episode,
         })
@@ -143,15 +161,22 @@ def _dumps(obj: Any) -> str:
 # ----------------------------------------------------------------------------- configuration
 
 
+#: scenario keys left out of a run's configuration: how long the runner waits for an agent is
+#: not what the episode is, so a run can be resumed with another --agent-timeout
+NOT_CONFIG = frozenset({"agent_timeout"})
+
+
 def config_hash(scenario: Scenario, seats: Mapping[str, str]) -> str:
     """A hash of everything an episode's rows depend on besides the seed."""
-    payload = {"scenario": scenario.model_dump(mode="json"), "seats": dict(sorted(seats.items()))}
+    payload = {"scenario": scenario.model_dump(mode="json", exclude=NOT_CONFIG),
+               "seats": dict(sorted(seats.items()))}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def scenario_digest(scenario: Scenario) -> str:
-    text = json.dumps(scenario.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(scenario.model_dump(mode="json", exclude=NOT_CONFIG), sort_keys=True,
+                      separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -277,7 +302,12 @@ def _describe_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
             was, now = (old.get("seats") or {}).get(seat), new["seats"].get(seat)
             if was != now:
                 return f"seat {seat} holds {was!r} there but {now!r} now"
-    diff = first_difference(old.get("scenario"), new["scenario"], "scenario")
+    def config(scenario: Any) -> Any:
+        if not isinstance(scenario, dict):
+            return scenario
+        return {k: v for k, v in scenario.items() if k not in NOT_CONFIG}
+
+    diff = first_difference(config(old.get("scenario")), config(new["scenario"]), "scenario")
     if diff is not None:
         return f"{diff[0]} is {diff[1]!r} there but {diff[2]!r} now"
     return "its configuration differs"
@@ -343,8 +373,13 @@ def _load(folder: _Folder, fresh: bool) -> None:
 
 
 def _folder(scenario: str | Path | Scenario, seeds: Iterable[int], seats: Mapping[str, Any] | None,
-            out_dir: str | Path, transcripts: bool, fresh: bool, digest_every: int) -> _Folder:
+            out_dir: str | Path, transcripts: bool, fresh: bool, digest_every: int,
+            agent_timeout: float | None = None) -> _Folder:
     sc = _scenario(scenario)
+    try:
+        sc = with_agent_timeout(sc, agent_timeout)
+    except ValueError as exc:
+        raise RunConfigError(str(exc)) from None
     resolved = check_seats(sc, seats)
     seed_list = list(dict.fromkeys(int(s) for s in seeds))
     folder = _Folder(Path(out_dir), sc, resolved, seed_list, config_hash(sc, resolved),
@@ -586,6 +621,7 @@ def run_scenario(
     address: str | None = None,
     digest_every: int = 1,
     llm: Mapping[str, Any] | None = None,
+    agent_timeout: float | None = None,
 ) -> RunSummary:
     """Play ``scenario`` over ``seeds`` with ``seats`` (seat -> agent spec; the scenario's
     ``[agents]`` fill the rest) and record every episode in ``out_dir`` (see the module doc).
@@ -597,12 +633,16 @@ def run_scenario(
     ``fresh``: discard what the folder holds first; otherwise complete seeds are skipped.
     ``llm``: options of the async path that runs with LLM seats take (``max_in_flight``,
     ``per_endpoint``, ``max_episodes``, ``budget``; see :func:`market.async_runner.run_jobs_async`).
+    ``agent_timeout``: seconds one decision may take (None: the scenario's ``agent_timeout``;
+    0: no limit); past it the seat plays its fallback action and the row counts a timeout.
+    It is not part of the folder's configuration: a run may be resumed with another limit.
 
     Raises ``scenarios.ScenarioError`` for a bad scenario, :class:`RunConfigError` for bad seats or
     a folder holding another configuration, and :class:`RunInterrupted` on Ctrl-C.
     """
     began = time.perf_counter()
-    folder = _folder(scenario, seeds, seats, out_dir, transcripts, fresh, digest_every)
+    folder = _folder(scenario, seeds, seats, out_dir, transcripts, fresh, digest_every,
+                     agent_timeout)
     skipped = [s for s in folder.seeds if s in folder.done]
     execute([folder], workers=workers, backend=backend, address=address, progress=progress,
             label=folder.scenario.name, llm=llm)
@@ -678,6 +718,7 @@ class EvalTable:
     seeds: list[int]
     cells: dict[tuple[str, str], Cell]
     failed: dict[str, dict[int, str]] = field(default_factory=dict)
+    health: list[SeatHealth] = field(default_factory=list)  # per run folder and seat
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
@@ -780,6 +821,18 @@ def _cell(agent: str, scenario: str, seat: str, folder: _Folder) -> Cell:
                 cost_usd=math.fsum(float(r["stats"].get("cost_usd", 0.0)) for r in rows))
 
 
+def _health(folders: Iterable[_Folder], out: Path) -> list[SeatHealth]:
+    """Per-seat agent health of every folder, each seat labelled with its folder under ``out``."""
+    from market.health import from_rows
+
+    health: list[SeatHealth] = []
+    for f in folders:
+        where = f.out.relative_to(out).as_posix() if f.out.is_relative_to(out) else str(f.out)
+        health += from_rows([r for s in f.seeds if s in f.done for r in f.done[s]],
+                            prefix=f"{where}: ")
+    return health
+
+
 def evaluate(
     agents: Sequence[str],
     scenarios: Sequence[str | Path],
@@ -794,12 +847,13 @@ def evaluate(
     progress: bool | ProgressFn = True,
     fresh: bool = False,
     llm: Mapping[str, Any] | None = None,
+    agent_timeout: float | None = None,
 ) -> EvalTable:
     """Each agent in ``seat`` of each scenario (other seats: the scenario's own agents).
 
     Every (scenario, agent) pair is one resumable run folder ``out_dir/<scenario>/<agent>``;
     all episodes run in one pool. ``out_dir/eval.csv`` and ``out_dir/eval.md`` hold the table.
-    ``backend``, ``address`` and ``llm`` as in :func:`run_scenario`.
+    ``backend``, ``address``, ``llm`` and ``agent_timeout`` as in :func:`run_scenario`.
     """
     seeds = list(seeds)
     if not agents:
@@ -818,12 +872,13 @@ def evaluate(
             if (agent, sc.name) in folders:
                 raise RunConfigError(f"agent {agent!r} is listed twice")
             folders[(agent, sc.name)] = _folder(sc, seeds, {seat: agent}, out / sc.name / slug(agent),
-                                                transcripts, fresh, 1)
+                                                transcripts, fresh, 1, agent_timeout)
     execute(list(folders.values()), workers=workers, backend=backend, address=address,
             progress=progress, label="eval", llm=llm)
     table = EvalTable(list(agents), names, seat, seeds, {
         key: _cell(key[0], key[1], seat, f) for key, f in folders.items()
     }, {f"{k[1]}/{k[0]}": f.failed for k, f in folders.items() if f.failed})
+    table.health = _health(folders.values(), out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.csv").write_text(table.csv(), encoding="utf-8")
     (out / "eval.md").write_text(table.markdown(), encoding="utf-8")
@@ -884,6 +939,7 @@ class MechanismReport:
     deviations: dict[str, list[Deviation]]  # mechanism -> one per bidder type
     notes: list[str] = field(default_factory=list)
     failed: dict[str, dict[int, str]] = field(default_factory=dict)
+    health: list[SeatHealth] = field(default_factory=list)  # per run folder and seat
 
     def metric(self, mechanism: str, name: str) -> tuple[float, float]:
         values = self.metrics[mechanism][name]
@@ -1045,6 +1101,7 @@ def evaluate_mechanisms(
     address: str | None = None,
     progress: bool | ProgressFn = True,
     fresh: bool = False,
+    agent_timeout: float | None = None,
 ) -> MechanismReport:
     """Compare mechanisms (:data:`CANDIDATES`) on ``scenario``; for each, every bidder type's
     gain from deviating to its best alternative strategy (:data:`ALTERNATIVES`).
@@ -1052,6 +1109,7 @@ def evaluate_mechanisms(
     The bidder types are the distinct agent specs of the scenario's bidder seats; a type deviates
     in its first seat. Writes ``mechanisms.csv``, ``mechanisms.md``, ``deviations.csv`` and
     ``mechanisms.html`` (plots) to ``out_dir``; every run is a resumable folder inside it.
+    ``agent_timeout`` as in :func:`run_scenario`.
     """
     seeds = list(seeds)
     sc = _scenario(scenario)
@@ -1079,7 +1137,7 @@ def evaluate_mechanisms(
         designer, overrides = CANDIDATES[m]
         msc = _with_mechanism(sc, overrides)
         seats = {DESIGNER: designer} if sc.designer_seat else {}
-        base[m] = _folder(msc, seeds, seats, out / m / "base", False, fresh, 1)
+        base[m] = _folder(msc, seeds, seats, out / m / "base", False, fresh, 1, agent_timeout)
         if not deviations:
             continue
         for kind, seat in types.items():
@@ -1087,7 +1145,7 @@ def evaluate_mechanisms(
                 if alt != kind:
                     devs[(m, kind, alt)] = _folder(msc, seeds, {**seats, seat: alt},
                                                    out / m / f"{slug(kind)}@{seat}-{slug(alt)}",
-                                                   False, fresh, 1)
+                                                   False, fresh, 1, agent_timeout)
     execute([*base.values(), *devs.values()], workers=workers, backend=backend, address=address,
             progress=progress, label="mechanisms")
 
@@ -1105,6 +1163,7 @@ def evaluate_mechanisms(
             for kind, seat in types.items()
         ] if deviations else []
     report.failed = {str(f.out): f.failed for f in [*base.values(), *devs.values()] if f.failed}
+    report.health = _health([*base.values(), *devs.values()], out)
     report.notes.append(
         "revenue: auction revenue in credits per episode; the other metrics are per-round means of "
         "the designer parts (round_log[r]['designer']); composite is the designer's reward")

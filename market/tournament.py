@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from market.environment import DESIGNER
-from market.rollout import default_seats, mean_ci95, run_episode
+from market.health import judge_counts, seat_counts
+from market.rollout import default_seats, mean_ci95, run_episode, with_agent_timeout
 from scenarios import load_scenario
 from scenarios.schema import Scenario
 
@@ -103,7 +104,9 @@ class Plan:
     matches: list[Match]
 
     def manifest(self) -> dict[str, Any]:
-        dump = json.dumps(self.scenario.model_dump(mode="json"), sort_keys=True)
+        # agent_timeout is how long to wait, not what is played: a resume may change it
+        dump = json.dumps(self.scenario.model_dump(mode="json", exclude={"agent_timeout"}),
+                          sort_keys=True)
         return {
             "format": FORMAT,
             "scenario": self.scenario.name,
@@ -440,6 +443,7 @@ def _play(job: tuple[Scenario, Match]) -> dict[str, Any]:
     stats = {seat: result.agent_stats.get(seat) or {} for seat in m.seats}
     rec.update(seats=m.seats, returns=result.returns, steps=result.steps,
                invalid_actions=result.invalid_actions, agent_errors=result.agent_errors,
+               health=seat_counts(result), judge=judge_counts(result.round_log),
                usage={seat: {"tokens": int(st.get("prompt_tokens", 0) or 0)
                              + int(st.get("completion_tokens", 0) or 0),
                              "cost_usd": float(st.get("cost_usd", 0.0) or 0.0)}
@@ -472,6 +476,7 @@ def run_tournament(
     progress: Callable[[int, int], None] | None = None,
     backend: str = "local",
     address: str | None = None,
+    agent_timeout: float | None = None,
 ) -> TournamentResult:
     """Play the missing matches of ``config`` into ``out`` and write the tables.
 
@@ -479,12 +484,17 @@ def run_tournament(
     ``backend="ray"`` plays them on the Ray cluster at ``address`` (None: a private local Ray).
     ``max_matches``: stop after playing this many new matches (rerun to continue).
     ``progress(done, total)`` is called once at the start and after every finished match.
+    ``agent_timeout``: seconds one decision may take (None: the scenario's; 0: no limit).
     Writes ``out/matches.jsonl``, ``manifest.json``, ``ratings.csv``, ``ratings.md`` and
     ``summary.json``.
     """
     if backend not in ("local", "ray"):
         raise TournamentError(f"backend {backend!r}: use 'local' (a process pool) or 'ray'")
     plan_ = plan(config)
+    try:
+        scenario = with_agent_timeout(plan_.scenario, agent_timeout)
+    except ValueError as exc:
+        raise TournamentError(str(exc)) from None
     out = Path(out)
     manifest = plan_.manifest()
     check_manifest(out, manifest)
@@ -509,7 +519,7 @@ def run_tournament(
             if progress:
                 progress(done, total)
 
-        jobs = [(plan_.scenario, m) for m in pending]
+        jobs = [(scenario, m) for m in pending]
         if backend == "ray":
             _play_ray(jobs, address, save)
         elif workers <= 1 or len(jobs) <= 1:

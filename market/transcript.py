@@ -547,7 +547,9 @@ class EpisodeRecorder:
             "action": value,
         }
         agent = self.agents.get(seat)
-        if live and agent is not None:
+        # after an agent error or timeout the exchange and stats may belong to a call that is
+        # still running (on a worker thread): record them only for a decision that returned
+        if live and agent is not None and agent_error is None:
             exchange = getattr(agent, "last_exchange", None)
             if isinstance(exchange, dict) and exchange is not self._exchange.get(seat):
                 self._exchange[seat] = exchange

@@ -149,6 +149,12 @@ class Scenario(_Strict):
         "The judge pool's judge: 'rule' (the versioned rubric) or "
         "'llm:openai?model=NAME&base_url=URL' (an OpenAI-compatible model with the rubric and a "
         "rule-judge fallback; optional cache=PATH, retries=N)."))
+    # how long the runner waits, not what the episode is: run folders and tournaments leave it
+    # out of their configuration hash, so a run can be resumed with another limit
+    agent_timeout: float = Field(120.0, ge=0.0, allow_inf_nan=False, description=(
+        "Seconds a seat's agent may take for one decision (0 = no limit). Past it the seat plays "
+        "its fallback action and the decision is counted as a timeout; while that call is still "
+        "running, the seat's later turns fall back at once. --agent-timeout overrides it."))
 
     @field_validator("judge")
     @classmethod
