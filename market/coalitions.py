@@ -11,6 +11,7 @@ pool balances, and what is left comes back.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -158,9 +159,9 @@ def split_blocks(coalition: Coalition, blocks: int) -> dict[int, int]:
         weights = np.ones(len(members))
     else:
         weights = np.array([coalition.contributed.get(m, 0.0) for m in members])
-        if weights.sum() <= 0:
+        if not (weights > 0).any():
             weights = np.ones(len(members))
-    exact = blocks * weights / weights.sum()
+    exact = blocks * weights / math.fsum(weights.tolist())
     base = np.floor(exact).astype(np.int64)
     left = blocks - int(base.sum())
     order = sorted(range(len(members)), key=lambda k: (-(exact[k] - base[k]), k))

@@ -17,6 +17,7 @@ dead-agent convention (step them with ``None``).
 from __future__ import annotations
 
 import hashlib
+import math
 import string
 from collections import defaultdict
 from pathlib import Path
@@ -66,7 +67,7 @@ from market.observations import (
     ShockView,
     fast_model,
 )
-from market.rewards import designer_composite, gini, optimal_welfare, stability
+from market.rewards import bid_distribution, designer_composite, gini, optimal_welfare, stability
 from market.rng import RngStreams
 from market.settlement import BidEntry, RoundResult, clear_round
 from market.shocks import Shock, apply_schedule, draw_shocks
@@ -527,8 +528,9 @@ class raw_env(AECEnv):
             if e.coalition_id is not None and e.bids:
                 bidders.update(self.coalitions.coalitions[e.coalition_id].members)
         demanders = set(own.tolist())
+        allocated = math.fsum(allocated_value.tolist())  # exact: order-free
         parts = {
-            "welfare_ratio": 1.0 if optimum <= 0 else float(min(1.0, allocated_value.sum() / optimum)),
+            "welfare_ratio": 1.0 if optimum <= 0 else min(1.0, allocated / optimum),
             "fairness": 1.0 - gini(np.array(satisfaction)),
             # share of the labs that still need blocks who bid (alone or through a coalition)
             "participation": len(bidders & demanders) / len(demanders) if demanders else 1.0,
@@ -545,7 +547,7 @@ class raw_env(AECEnv):
             self._reward(DESIGNER, "composite", parts["composite"])
         self._prices.append(result.price)
         self.results.append(result)
-        self.round_log.append(self._summary(result, parts, optimum, float(allocated_value.sum())))
+        self.round_log.append(self._summary(result, parts, optimum, allocated))
         # housekeeping for the next round
         coal.end_of_round(world, self.coalitions, now)
         negotiation.expire_offers(self.book, now)
@@ -733,12 +735,8 @@ class raw_env(AECEnv):
             schedules = [list(e.bids) for e in r.bids]
             view["competing_bids"] = schedules if show_ids else sorted(schedules, reverse=True)
         if m.reveal_bid_distribution:
-            flat = np.array([b for e in r.bids for b in e.bids])
-            view["bid_distribution"] = (
-                {"count": float(flat.size), "mean": float(flat.mean()), "std": float(flat.std()),
-                 "min": float(flat.min()), "max": float(flat.max()), "median": float(np.median(flat))}
-                if flat.size else {"count": 0.0}
-            )
+            flat = sorted(b for e in r.bids for b in e.bids)
+            view["bid_distribution"] = bid_distribution(flat) if flat else {"count": 0.0}
         return fast_model(MarketResultView, **view)
 
     # --- rendering ---------------------------------------------------------------------

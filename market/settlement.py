@@ -93,6 +93,9 @@ def clear_round(
     judge: Judge | None = None,
     judge_history: JudgeHistory | None = None,
 ) -> RoundResult:
+    # one canonical row order (labs by index, then coalitions by id), so that payments, budgets
+    # and revenue come out bit-identical whatever order the caller listed the bids in
+    entries = sorted(entries, key=lambda e: (e.coalition_id is not None, e.coalition_id or "", e.lab))
     reserve = max(mechanism.reserve_price, float(world.energy_floor[now]))
     capacity = int(world.capacity[now])
     pool = int(np.floor(capacity * mechanism.judge_pool_share + 1e-9))
