@@ -364,12 +364,15 @@ def builtin_drift(t: Transcript) -> str | None:
     """If the transcript's scenario is a built-in whose current file differs from the recorded
     resolved scenario, a message naming the first differing key; else None."""
     from scenarios import builtin_names, load_scenario
+    from scenarios.schema import RUN_ONLY_KEYS
 
     name = t.header.scenario_name
     if name not in builtin_names():
         return None
-    current = jsonable(load_scenario(name).model_dump(mode="json"))
-    diff = first_difference(t.header.scenario, current, "scenario")
+    current = jsonable(load_scenario(name).model_dump(mode="json", exclude=RUN_ONLY_KEYS))
+    # keys such as agent_timeout say how the episode was run, not what it is
+    recorded = {k: v for k, v in t.header.scenario.items() if k not in RUN_ONLY_KEYS}
+    diff = first_difference(recorded, current, "scenario")
     if diff is None:
         return None
     return (

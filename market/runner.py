@@ -59,7 +59,7 @@ from market.rollout import (
     with_agent_timeout,
 )
 from scenarios import deep_merge, load_scenario
-from scenarios.schema import Scenario
+from scenarios.schema import RUN_ONLY_KEYS, Scenario
 
 if TYPE_CHECKING:
     from market.health import SeatHealth
@@ -161,9 +161,9 @@ def _dumps(obj: Any) -> str:
 # ----------------------------------------------------------------------------- configuration
 
 
-#: scenario keys left out of a run's configuration: how long the runner waits for an agent is
-#: not what the episode is, so a run can be resumed with another --agent-timeout
-NOT_CONFIG = frozenset({"agent_timeout"})
+#: scenario keys left out of a run's configuration (e.g. agent_timeout: a run can be resumed
+#: with another --agent-timeout)
+NOT_CONFIG = RUN_ONLY_KEYS
 
 
 def config_hash(scenario: Scenario, seats: Mapping[str, str]) -> str:

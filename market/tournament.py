@@ -42,7 +42,7 @@ from market.environment import DESIGNER
 from market.health import judge_counts, seat_counts
 from market.rollout import default_seats, mean_ci95, run_episode, with_agent_timeout
 from scenarios import load_scenario
-from scenarios.schema import Scenario
+from scenarios.schema import RUN_ONLY_KEYS, Scenario
 
 FORMAT = 1
 MATCHES_FILE = "matches.jsonl"
@@ -104,8 +104,8 @@ class Plan:
     matches: list[Match]
 
     def manifest(self) -> dict[str, Any]:
-        # agent_timeout is how long to wait, not what is played: a resume may change it
-        dump = json.dumps(self.scenario.model_dump(mode="json", exclude={"agent_timeout"}),
+        # how long to wait for an agent is not what is played: a resume may change it
+        dump = json.dumps(self.scenario.model_dump(mode="json", exclude=RUN_ONLY_KEYS),
                           sort_keys=True)
         return {
             "format": FORMAT,

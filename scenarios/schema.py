@@ -25,6 +25,12 @@ ShockKind = Literal[
 SHOCK_KINDS: tuple[str, ...] = ShockKind.__args__  # type: ignore[attr-defined]
 
 
+#: Scenario keys that say how episodes are run, not what they are: a run folder's or tournament's
+#: configuration hash and the replay's check for a changed built-in leave them out, so a run can
+#: be resumed, and a transcript replayed, under another limit
+RUN_ONLY_KEYS = frozenset({"agent_timeout"})
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -149,8 +155,7 @@ class Scenario(_Strict):
         "The judge pool's judge: 'rule' (the versioned rubric) or "
         "'llm:openai?model=NAME&base_url=URL' (an OpenAI-compatible model with the rubric and a "
         "rule-judge fallback; optional cache=PATH, retries=N)."))
-    # how long the runner waits, not what the episode is: run folders and tournaments leave it
-    # out of their configuration hash, so a run can be resumed with another limit
+    # how long the runner waits, not what the episode is (see RUN_ONLY_KEYS)
     agent_timeout: float = Field(120.0, ge=0.0, allow_inf_nan=False, description=(
         "Seconds a seat's agent may take for one decision (0 = no limit). Past it the seat plays "
         "its fallback action and the decision is counted as a timeout; while that call is still "

@@ -20,10 +20,11 @@ from agents.scripted import TruthfulBidder
 from market.actions import Bid, Wait
 from market.cli import main as cli
 from market.health import STRICT_EXIT, from_episodes, from_rows, judge_counts, parse_share
-from market.replay import replay
+from market.replay import builtin_drift, replay
 from market.report import COMPONENT_COLORS, PALETTE, load_episodes, write_report
 from market.rollout import arun_episode, run_concurrent, run_episode
 from market.runner import episode_rows, read_results, run_scenario
+from market.transcript import read_transcript
 from scenarios import load_scenario
 
 LIMIT = 0.2
@@ -184,6 +185,16 @@ def test_a_timeout_is_recorded_and_replays_exactly(tmp_path: Path) -> None:
     assert errors and all(e["seat"] == "bidder_1" and e["agent_error"].startswith("AgentTimeout")
                           for e in errors)
     assert replay(path).ok
+
+
+def test_a_transcript_played_under_another_limit_is_not_a_changed_builtin(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    run_episode(load_scenario("single_trade", agent_timeout=5), 0, transcript=path)
+    t = read_transcript(path)
+    assert t.header.scenario["agent_timeout"] == 5  # the header says what limit applied
+    assert builtin_drift(t) is None and replay(t).ok
+    path.write_text(path.read_text().replace('"rounds":3,', '"rounds":4,', 1))  # a real change
+    assert "scenario.rounds" in (builtin_drift(read_transcript(path, verify=False)) or "")
 
 
 def test_a_hung_agent_in_a_process_pool_does_not_stop_the_run(tmp_path: Path) -> None:
