@@ -205,7 +205,7 @@ def warnings(health: Iterable[SeatHealth], share: float = WARN_SHARE) -> list[st
         own = h.fallbacks - h.agent_errors - h.timeouts
         if own:
             parts.append(f"{own} model failures" if h.seat.endswith(JUDGE)
-                         else f"{own} by the agent itself")
+                         else f"{own} without a usable reply")
         out.append(f"{h.label} fell back on {h.share:.0%} of its {h.decisions} decisions "
                    f"({', '.join(parts)}); first error: {h.first_error or 'none recorded'}")
     return out
