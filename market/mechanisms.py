@@ -276,14 +276,23 @@ def _vcg_payments(
     """
     n_rej = rej_values.size
     prefix = np.concatenate(([0.0], np.cumsum(rej_values)))
-    by_owner = np.argsort(rej_rows, kind="stable")  # positions in R, grouped by owner, ascending
-    owner_sorted = rej_rows[by_owner]
+    # Bidders are grouped in the order of their best rejected bid in R, not by row number: R's
+    # order does not depend on how the rows were listed, so neither do the cumulative sums below
+    # (bit for bit; a row order would make each group's float sums depend on the groups before).
+    n_rows = int(max(rej_rows.max(initial=-1), winners.max(initial=-1))) + 1
+    first = np.full(n_rows, n_rej, dtype=np.int64)
+    np.minimum.at(first, rej_rows, np.arange(n_rej))
+    group = np.empty(n_rows, dtype=np.int64)  # each row's rank by its first position in R
+    group[np.argsort(first, kind="stable")] = np.arange(n_rows)
+    by_owner = np.argsort(group[rej_rows], kind="stable")  # positions in R, grouped, ascending
+    owner_sorted = group[rej_rows][by_owner]
     own_prefix = np.concatenate(([0.0], np.cumsum(rej_values[by_owner])))
     group_start = np.searchsorted(owner_sorted, owner_sorted, side="left")
     others_before = by_owner - (np.arange(n_rej) - group_start)  # P_j - j
     stride = n_rej + capacity + 2  # > any (P_j - j) and any k, keeps the keys of bidders apart
     keys = owner_sorted.astype(np.int64) * stride + others_before
 
+    winners = group[winners]
     start = np.searchsorted(owner_sorted, winners, side="left")
     end = np.searchsorted(owner_sorted, winners, side="right")
     n_own = end - start
