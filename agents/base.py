@@ -1,6 +1,6 @@
 """The Agent protocol: anything that maps a seat's observation to an action.
 
-An agent receives only its own seat's :class:`~market.observations.Observation` and its own seed
+An agent receives only its own seat's :class:`~market.environment.observations.Observation` and its own seed
 (derived per seat; it reveals nothing about the episode seed). ``aact`` lets LLM agents run
 concurrently; scripted agents inherit the default that calls ``act``.
 """
@@ -11,8 +11,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from market.actions import ActionModel
-from market.observations import Observation
+from market.core.actions import ActionModel
+from market.environment.observations import Observation
 
 
 @runtime_checkable
@@ -33,7 +33,7 @@ class BaseAgent:
     ``stats`` collects per-seat accounting (LLM tokens, latency, retries, fallbacks); the runner
     copies it into results. ``limiter``, when the runner sets it, bounds model requests in flight
     across all concurrent episodes; ``budget``, when set, is charged with the model tokens the
-    agent uses (see :class:`agents.backends.pool.Budget`).
+    agent uses (see :class:`agents.llm.backends.pool.Budget`).
     """
 
     name: ClassVar[str] = "base"

@@ -6,7 +6,7 @@ DAEDALUS bidders: ``shader``, ``colluder``, ``dropout``, ``exploiter``. GPU-aren
 
 Ground rules shared by every class here:
 
-* an agent acts on its own :class:`~market.observations.Observation` only, and may remember
+* an agent acts on its own :class:`~market.environment.observations.Observation` only, and may remember
   what it saw in earlier turns (that memory is cleared by ``reset``);
 * its only randomness is ``self.rng``, seeded by ``reset(seed)``;
 * a block's *value* this round is its job's value per block times this round's reliability,
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from agents.base import BaseAgent, as_flag
 from agents.scripted import MAX_INVITEES, WAIT, affordable, marginal_values
-from market.actions import (
+from market.core.actions import (
     AcceptOffer,
     ActionModel,
     AllocateToJob,
@@ -40,8 +40,8 @@ from market.actions import (
     SendOffer,
     SetMechanism,
 )
-from market.mechanisms import first_price_equilibrium_bid
-from market.observations import CoalitionView, JobView, Observation
+from market.core.mechanisms import first_price_equilibrium_bid
+from market.environment.observations import CoalitionView, JobView, Observation
 
 PENALISING = frozenset({"penalize_suspected", "penalize_confirmed"})
 
@@ -143,7 +143,7 @@ def equilibrium_bid(value: float, n_bidders: int, low: float, high: float, reser
     """The symmetric Bayes-Nash bid of a first-price auction with a reserve, clipped to the value.
 
     ``n_bidders`` risk-neutral bidders with i.i.d. ``Uniform[low, high]`` values. With the
-    reserve ``r <= low`` this is :func:`market.mechanisms.first_price_equilibrium_bid`,
+    reserve ``r <= low`` this is :func:`market.core.mechanisms.first_price_equilibrium_bid`,
     ``low + (v - low)(n - 1)/n``. With ``low < r < v`` it is the textbook reserve version
     ``v - ((v - low)^n - (r - low)^n) / (n (v - low)^(n - 1))``, which equals ``r`` at ``v = r``.
     A lone bidder bids the lowest eligible price. A value at or below the reserve cannot win a

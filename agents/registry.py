@@ -2,7 +2,7 @@
 
 Where an agent comes from: the built-ins below; installed plug-ins (entry-point group
 ``gpumarket.agents``: ``name = "package.module:ClassName"``); ``py:package.module:ClassName`` for
-any importable class; ``llm:openai?...`` and ``llm:hf?...`` for LLM seats (agents/llm.py).
+any importable class; ``llm:openai?...`` and ``llm:hf?...`` for LLM seats (agents/llm/agent.py).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def _resolve(name: str) -> Callable[..., BaseAgent]:
 
 
 def _make_llm(kind: str, params: dict[str, Any]) -> BaseAgent:
-    from agents.llm import make_llm_agent
+    from agents.llm.agent import make_llm_agent
 
     try:
         return make_llm_agent(kind, params)
@@ -166,7 +166,7 @@ def _make_llm(kind: str, params: dict[str, Any]) -> BaseAgent:
 
 def _check_params(name: str, factory: Callable[..., BaseAgent], params: dict[str, Any]) -> None:
     """Refuse a parameter the agent does not take, naming the ones it does (and the nearest)."""
-    from agents.llm import unknown_parameter_message
+    from agents.llm.agent import unknown_parameter_message
 
     try:
         sig = inspect.signature(factory)

@@ -9,7 +9,7 @@ truthfully) and three spam policies used to prove talk alone never pays. Designe
 from __future__ import annotations
 
 from agents.base import BaseAgent
-from market.actions import (
+from market.core.actions import (
     AcceptOffer,
     ActionModel,
     AllocateToJob,
@@ -25,8 +25,8 @@ from market.actions import (
     SetMechanism,
     Wait,
 )
-from market.mechanisms import AUCTION_TYPES, COALITION_POLICIES
-from market.observations import Observation
+from market.core.mechanisms import AUCTION_TYPES, COALITION_POLICIES
+from market.environment.observations import Observation
 
 WAIT = Wait()
 # the most seats one form_coalition may invite (FormCoalition.members)

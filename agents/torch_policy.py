@@ -1,9 +1,9 @@
-"""A trained torch policy (``market.rl_train``) in any bidder or designer seat.
+"""A trained torch policy (``market.train.rl_train``) in any bidder or designer seat.
 
 Spec: ``torch_policy?path=CHECKPOINT`` (greedy: the argmax over the masked logits), or
 ``torch_policy?path=CHECKPOINT&sample=true`` to sample from the masked softmax with a
 ``torch.Generator`` seeded from the seat's seed. The agent sees only its seat's observation; it
-turns it into the RL view (:func:`market.wrappers.seat_rl_observation`) and plays the chosen menu
+turns it into the RL view (:func:`market.environment.wrappers.seat_rl_observation`) and plays the chosen menu
 entry's native action. torch is imported only when the agent is built.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from agents.base import BaseAgent, as_flag
-from market.actions import ActionModel
-from market.observations import Observation
+from market.core.actions import ActionModel
+from market.environment.observations import Observation
 
 TORCH_HINT = "needs torch: pip install 'gpumarket[rl]'"
 
@@ -39,7 +39,7 @@ class TorchPolicyAgent(BaseAgent):
         if not path:
             raise ValueError("give the checkpoint: torch_policy?path=FILE")
         self.torch = _import_torch()
-        from market.rl_train import load_checkpoint
+        from market.train.rl_train import load_checkpoint
 
         self.net, self.meta = load_checkpoint(path)
         self.path = str(path)
@@ -56,14 +56,14 @@ class TorchPolicyAgent(BaseAgent):
 
     def menu_index(self, observation: Observation) -> int:
         """The menu entry the policy picks for this observation."""
-        from market.rl_train import choose
-        from market.wrappers import seat_rl_observation
+        from market.environment.wrappers import seat_rl_observation
+        from market.train.rl_train import choose
 
         rl_obs = seat_rl_observation(observation, self.max_units_per_bid)
         return choose(self.net, rl_obs["observation"], rl_obs["action_mask"],
                       self.generator if self.sample else None)
 
     def act(self, observation: Observation) -> ActionModel:
-        from market.wrappers import translate
+        from market.environment.wrappers import translate
 
         return translate(observation, self.menu_index(observation), self.max_units_per_bid)[0]

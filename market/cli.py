@@ -84,7 +84,7 @@ def _seconds(text: str) -> float:
 
 def _report_health(console: object, health: list, strict: float | None, command: str) -> bool:
     """Print the seats' failures under a results table; True when ``--strict`` fails the run."""
-    from market.health import print_health, strict_failures
+    from market.run.health import print_health, strict_failures
 
     print_health(console, health, strict=strict)
     reasons = strict_failures(health, strict)
@@ -119,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
                               "'auto'); default: a private Ray instance on this machine")
 
     def add_health(cmd: argparse.ArgumentParser) -> None:
-        from market.health import STRICT_EXIT, parse_share
+        from market.run.health import STRICT_EXIT, parse_share
 
         cmd.add_argument("--agent-timeout", type=_seconds, default=None, metavar="SECONDS",
                          help="seconds one decision of a seat may take; past it the seat plays "
@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_backend(run)
     add_health(run)
-    from market.async_runner import add_llm_arguments
+    from market.run.async_runner import add_llm_arguments
 
     add_llm_arguments(run)
 
@@ -200,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
                          "transcript overhead, LLM decisions/s at concurrency 1/8/32 (fake server "
                          "unless --llm-base-url). --json writes the figures; --compare OLD.json "
                          "flags metrics > --threshold worse (exit 1). See docs/benchmarks.md.")
-    from market.bench import DEFAULT_THRESHOLD, SECTIONS, parse_sections
+    from market.bench.suite import DEFAULT_THRESHOLD, SECTIONS, parse_sections
 
     bench.add_argument("--seconds", type=float, default=2.0,
                        help="time per scenario and per transcript variant (default 2)")
@@ -326,7 +326,7 @@ def _parser() -> argparse.ArgumentParser:
     sft.add_argument("--grpo", action="store_true",
                      help="write GRPO prompt rows instead (prompt, transcript, step, "
                           "transcript_sha256...) for TRL's GRPOTrainer with "
-                          "market.training_data.EnvReward; load with "
+                          "market.train.training_data.EnvReward; load with "
                           "datasets.load_dataset('json', data_files=OUT)")
     return parser
 
@@ -334,7 +334,7 @@ def _parser() -> argparse.ArgumentParser:
 def _llm_options(args: argparse.Namespace, command: str) -> dict | None:
     """The LLM pool/budget options of run and eval, or None after printing why they are bad
     (a bad value, or pool flags with --backend ray, which has no shared pool)."""
-    from market.async_runner import given_llm_flags, llm_options
+    from market.run.async_runner import given_llm_flags, llm_options
 
     try:
         llm = llm_options(args)
@@ -354,8 +354,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from market.rollout import mean_ci95
-    from market.runner import RunConfigError, RunInterrupted, run_scenario, summarise_rows
+    from market.run.rollout import mean_ci95
+    from market.run.runner import RunConfigError, RunInterrupted, run_scenario, summarise_rows
     from scenarios import load_scenario
 
     scenario = load_scenario(args.scenario)
@@ -398,7 +398,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     mean, half = mean_ci95(list(summary.episode("welfare_ratio").values()))
     console.print(f"welfare ratio (realised / optimal, per round): {mean:.3f} +/- {half:.3f}; "
                   f"steps: {sum(summary.episode('steps').values())}")
-    from market.health import STRICT_EXIT, from_rows
+    from market.run.health import STRICT_EXIT, from_rows
 
     strict_failed = _report_health(console, from_rows(rows), args.strict, "run")
     if args.json:
@@ -418,7 +418,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     transcripts = [out / "transcripts" / f"{s}.jsonl" for s in summary.episodes]
     transcripts = [p for p in transcripts if p.is_file()]
     if transcripts and not args.no_transcripts:
-        from market.report import write_report
+        from market.record.report import write_report
 
         report = write_report(transcripts, out / "report.html")
         print(f"transcripts: {out / 'transcripts'}/<seed>.jsonl ({len(transcripts)} file(s)); "
@@ -439,7 +439,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from market.runner import (
+    from market.run.runner import (
         METRICS,
         USAGE_COLUMNS,
         RunConfigError,
@@ -524,7 +524,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         console.print(rich)
         print(f"tables: {out / 'eval.md'}, {out / 'eval.csv'}")
         failed, health = table.failed, table.health
-    from market.health import STRICT_EXIT
+    from market.run.health import STRICT_EXIT
 
     strict_failed = _report_health(console, health, args.strict, "eval")
     if llm["budget"] is not None:  # what the run spent, and whether the budget stopped it
@@ -536,14 +536,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from market.bench import bench_command
+    from market.bench.suite import bench_command
 
     return bench_command(args)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     try:
-        from market import rl_train
+        from market.train import rl_train
     except ImportError:
         print("gpumarket train: needs torch: pip install 'gpumarket[rl]'", file=sys.stderr)
         return 2
@@ -621,20 +621,20 @@ def _cmd_agents(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_sft(args: argparse.Namespace) -> int:
-    from market.training_data import run_export_cli
+    from market.train.training_data import run_export_cli
 
     return run_export_cli(args)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from market.replay import run_cli
+    from market.record.replay import run_cli
 
     return run_cli(args)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from market.report import write_report
-    from market.transcript import TranscriptError
+    from market.record.report import write_report
+    from market.record.transcript import TranscriptError
 
     first = args.paths[0]
     out = args.output or ((first if first.is_dir() else first.parent) / "report.html")
@@ -650,8 +650,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from market.transcript import TranscriptError
-    from market.viewer import render_transcript
+    from market.record.transcript import TranscriptError
+    from market.record.viewer import render_transcript
 
     try:
         render_transcript(args.path, Console(), round=args.round, steps=not args.no_steps)
@@ -663,7 +663,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _tournament_config(args: argparse.Namespace) -> tuple[object, int, int | None]:
     """The tournament configuration from the arguments; ValueError with one line if bad."""
-    from market.tournament import TournamentConfig
+    from market.run.tournament import TournamentConfig
 
     def specs(text: str) -> tuple[str, ...]:
         return tuple(s.strip() for s in text.split(",") if s.strip())
@@ -702,7 +702,13 @@ def _cmd_tournament(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from market.tournament import TournamentError, check_manifest, plan, rich_table, run_tournament
+    from market.run.tournament import (
+        TournamentError,
+        check_manifest,
+        plan,
+        rich_table,
+        run_tournament,
+    )
     from scenarios import ScenarioError
 
     try:
@@ -739,8 +745,8 @@ def _cmd_tournament(args: argparse.Namespace) -> int:
     state = "complete" if result.complete else "partial: rerun the same command to continue"
     console.print(f"{result.played} match(es) played now; {result.done} of {result.total} in "
                   f"{out} ({state}). Tables: {out / 'ratings.md'}, {out / 'ratings.csv'}")
-    from market.health import STRICT_EXIT, from_matches
-    from market.tournament import load_records
+    from market.run.health import STRICT_EXIT, from_matches
+    from market.run.tournament import load_records
 
     health = from_matches(load_records(out, planned).values())  # per agent: its seats rotate
     return STRICT_EXIT if _report_health(console, health, args.strict, "tournament") else 0

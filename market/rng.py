@@ -1,29 +1,12 @@
-"""Seeded random streams.
+"""Deprecated module path: use ``market.core.rng`` (or the names re-exported by ``market``). This path
+keeps working for one release and then goes away."""
 
-One ``SeedSequence`` per episode spawns an independent ``numpy.random.Generator`` per purpose and
-round, so an agent's actions never change which shocks, jobs or failures occur (common random
-numbers): the world and shock streams are consumed entirely at reset, and the per-round streams
-are keyed by round, not by how many draws happened before. No global RNG state is touched.
-"""
+import warnings
 
-from __future__ import annotations
+from market.core import rng as _moved
 
-import numpy as np
-
-# ids are part of the episode's definition (golden transcripts depend on them): never renumber
-_STREAM_IDS = {"world": 0, "shocks": 1, "clearing": 3, "seat": 5}
+warnings.warn("market.rng is deprecated; import market.core.rng instead", DeprecationWarning, stacklevel=2)
 
 
-class RngStreams:
-    def __init__(self, seed: int | None) -> None:
-        self.entropy = np.random.SeedSequence(seed).entropy
-
-    def stream(self, name: str, *keys: int) -> np.random.Generator:
-        """The generator for ``name``: world, shocks (drawn at reset), clearing (per round: tie-breaks, then execution failures; posted-price lotteries use key 1) or seat."""
-        seq = np.random.SeedSequence(self.entropy, spawn_key=(_STREAM_IDS[name], *keys))
-        return np.random.Generator(np.random.PCG64(seq))
-
-    def seat_seed(self, seat_index: int) -> int:
-        """A seed for a seat's own agent; it reveals nothing about the episode seed."""
-        seq = np.random.SeedSequence(self.entropy, spawn_key=(_STREAM_IDS["seat"], seat_index))
-        return int(seq.generate_state(1, dtype=np.uint32)[0])
+def __getattr__(name: str) -> object:
+    return getattr(_moved, name)

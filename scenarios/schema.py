@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from market.mechanisms import Mechanism
+from market.core.mechanisms import Mechanism
 
 ShockKind = Literal[
     "capacity_outage",
@@ -100,7 +100,7 @@ class ShockSpec(_Strict):
     kind: ShockKind
     round: int = Field(ge=0)
     duration: int = Field(1, ge=1)
-    magnitude: float | None = Field(None, ge=0.0, description="Meaning per kind: outage/reliability_drop/budget_cut = fraction; windfall/energy_spike = credits; demand_surge = value multiplier of the urgent job. Default: the middle of the kind's random range (see market/shocks.py).")
+    magnitude: float | None = Field(None, ge=0.0, description="Meaning per kind: outage/reliability_drop/budget_cut = fraction; windfall/energy_spike = credits; demand_surge = value multiplier of the urgent job. Default: the middle of the kind's random range (see market/core/shocks.py).")
     target: int | None = Field(None, ge=0)
     public: bool = True
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from market.judge import ClaimedPitch, Judge, JudgeContext, RuleJudge, Verdict
-from market.negotiation import Pitch
-from market.world import Job, Lab
+from market.core.judge import ClaimedPitch, Judge, JudgeContext, RuleJudge, Verdict
+from market.core.negotiation import Pitch
+from market.core.world import Job, Lab
 
 NOW = 2
 RELIABILITY = 0.95

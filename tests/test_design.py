@@ -15,12 +15,12 @@ DESIGN = ROOT / "docs" / "design.md"
 PACKAGES = ("market", "agents", "scenarios")
 # the lazy imports against the layer order that section 10 names (importer -> imported)
 LAZY_UPWARD = {
-    ("market/__init__.py", "market/environment.py"),
-    ("market/judge.py", "agents/backends/openai_backend.py"),
-    ("agents/torch_policy.py", "market/rl_train.py"),
-    ("agents/torch_policy.py", "market/wrappers.py"),
+    ("market/__init__.py", "market/environment/aec.py"),
+    ("market/core/judge.py", "agents/llm/backends/openai_backend.py"),
+    ("agents/torch_policy.py", "market/train/rl_train.py"),
+    ("agents/torch_policy.py", "market/environment/wrappers.py"),
 }
-AGENT_MARKET_IMPORTS = {"market/__init__.py", "market/actions.py", "market/observations.py", "market/mechanisms.py"}
+AGENT_MARKET_IMPORTS = {"market/__init__.py", "market/core/actions.py", "market/environment/observations.py", "market/core/mechanisms.py"}
 
 
 def module_layers() -> dict[str, int]:
@@ -70,7 +70,7 @@ def imports(path: str) -> tuple[set[str], set[str]]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # ``from market import ledger`` imports the submodule market/ledger.py
+            # ``from market import ledger`` imports the submodule market/core/ledger.py
             names = [f"{node.module}.{a.name}" for a in node.names]
         else:
             continue
@@ -103,9 +103,9 @@ def test_modules_import_only_their_layer_or_above() -> None:
 def test_the_checks_can_fail() -> None:
     """The layer check sees a real upward import: the env imports the ledger (layer 1)."""
     layers = module_layers()
-    top, _ = imports("market/environment.py")
-    assert "market/ledger.py" in top and layers["market/ledger.py"] < layers["market/environment.py"]
-    assert "agents/scripted.py" in imports("market/wrappers.py")[0]
+    top, _ = imports("market/environment/aec.py")
+    assert "market/core/ledger.py" in top and layers["market/core/ledger.py"] < layers["market/environment/aec.py"]
+    assert "agents/scripted.py" in imports("market/environment/wrappers.py")[0]
 
 
 def test_citations_name_existing_sections() -> None:

@@ -1,1 +1,6 @@
-"""Model backends for LLM seats: an OpenAI-compatible HTTP client and in-process transformers."""
+"""Deprecated package path: use ``agents.llm.backends``."""
+
+import warnings
+
+warnings.warn("agents.backends is deprecated; import agents.llm.backends instead",
+              DeprecationWarning, stacklevel=2)

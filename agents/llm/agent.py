@@ -1,0 +1,811 @@
+"""LLM seats: a chat model behind a :class:`~agents.llm.backends.base.Backend` fills any seat.
+
+Each decision sends a short system message (the seat's role, the reply rules and the action types
+legal now) and a user message (``Observation.to_prompt()`` plus the JSON schema of the legal
+actions only). The schema also goes to the backend for structured output where the server supports
+it. The reply is parsed leniently (:func:`extract_json`), validated with
+:func:`market.core.actions.parse_action` and checked against the phase's legal action types. A reply
+that fails is *repaired*: the model is asked again with the error (at most ``retries`` times);
+after that, or on any backend error or timeout, the agent plays a safe fallback action.
+
+Everything is counted in ``agent.stats`` (see :data:`STAT_KEYS`); ``agent.last_exchange`` keeps
+the last decision's messages, raw replies, parsed action and error for transcripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import importlib
+import inspect
+import json
+import re
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+from urllib.parse import parse_qsl
+
+from pydantic import Field, TypeAdapter
+
+from agents.base import BaseAgent, as_flag
+from agents.llm.backends.base import (
+    RETRY_REASONS,
+    Backend,
+    BackendError,
+    CallReport,
+    Completion,
+    reporting,
+)
+from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
+from agents.llm.cache import CachedBackend, occurrence_scope
+from market.core.actions import (
+    ACTION_CLASSES,
+    ActionModel,
+    ActionParseError,
+    Bid,
+    MechanismUpdate,
+    Wait,
+    parse_action,
+)
+from market.environment.observations import Observation
+
+Fallback = Literal["safe", "truthful"]
+Messages = list[dict[str, str]]
+STAT_KEYS: tuple[str, ...] = (
+    "decisions", "requests", "retries", "parse_failures", "fallbacks", "backend_errors",
+    "cache_hits", "prompt_tokens", "completion_tokens", "latency_s", "cost_usd",
+    *(f"retries_{reason}" for reason in RETRY_REASONS), "retry_wait_s", "queue_wait_s",
+)
+MAX_REPLY_CHARS = 50_000  # only this much of a reply is searched for JSON
+MAX_ECHO_CHARS = 4_000  # a failed reply is echoed back this long in the repair message
+
+# ---------------------------------------------------------------------------------------------
+# schema of the legal actions
+
+
+def _compact(node: Any, in_properties: bool = False) -> Any:
+    """Drop titles, null/object defaults and discriminator metadata; oneOf -> anyOf.
+
+    Shorter prompts, and a schema every OpenAI-compatible server's constrained decoder accepts.
+    """
+    if isinstance(node, list):
+        return [_compact(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if in_properties:  # keys are field names here, not schema keywords
+        return {k: _compact(v) for k, v in node.items()}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("title", "discriminator") or (key == "default" and (value is None or isinstance(value, dict))):
+            continue
+        out["anyOf" if key == "oneOf" else key] = _compact(value, in_properties=key in ("properties", "$defs"))
+    return out
+
+
+def _simplify_field(prop: dict[str, Any]) -> dict[str, Any]:
+    """``X | None`` -> ``X`` (optional fields are simply left out), no huge maxima, no const default."""
+    options = prop.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+        rest = {k: v for k, v in prop.items() if k != "anyOf"}
+        prop = {**next(o for o in options if o != {"type": "null"}), **rest}
+        if prop.get("default", 0) is None:
+            del prop["default"]
+    if isinstance(prop.get("maximum"), int | float) and prop["maximum"] >= 1e6:
+        prop = {k: v for k, v in prop.items() if k != "maximum"}
+    # huge length bounds add nothing for a model, and llama.cpp's grammar compiler crashes the
+    # server on them (maxItems 100000 on Bid.bids segfaults llama-cpp-python 0.3.36)
+    for bound in ("maxItems", "maxLength"):
+        if isinstance(prop.get(bound), int) and prop[bound] > 1000:
+            prop = {k: v for k, v in prop.items() if k != bound}
+    if "const" in prop and prop.get("default") == prop["const"]:
+        prop = {k: v for k, v in prop.items() if k != "default"}
+    if isinstance(prop.get("items"), dict):
+        prop = {**prop, "items": _simplify_field(prop["items"])}
+    return prop
+
+
+def _simplify_variant(sub: dict[str, Any]) -> None:
+    """In place: one action's schema as an LLM needs it (no ``agent``, a plain ``reasoning``)."""
+    props = sub.get("properties", {})
+    props.pop("agent", None)
+    if "reasoning" in props:
+        props["reasoning"] = {"type": "string"}
+    for name, prop in props.items():
+        props[name] = _simplify_field(prop)
+    if isinstance(sub.get("description"), str):
+        sub["description"] = sub["description"].replace("``", "`")
+    if "action_type" in props:
+        sub["required"] = ["action_type", *[r for r in sub.get("required", []) if r != "action_type"]]
+
+
+@lru_cache(maxsize=64)
+def _legal_schema(kinds: tuple[str, ...], designer: bool) -> tuple[dict[str, Any], str]:
+    classes = tuple(ACTION_CLASSES[k] for k in kinds if k in ACTION_CLASSES)
+    if not classes:
+        raise ValueError(f"no known action types among {kinds}")
+    union: Any = classes[0] if len(classes) == 1 else Annotated[Union[classes], Field(discriminator="action_type")]  # noqa: UP007
+    if designer:
+        union = Union[union, MechanismUpdate]  # noqa: UP007  (the flat DAEDALUS mechanism form)
+    schema = _compact(TypeAdapter(union).json_schema())
+    for sub in schema.get("$defs", {}).values():
+        _simplify_variant(sub)
+    _simplify_variant(schema)
+    if "anyOf" in schema:  # flatten the designer's anyOf[anyOf[actions], flat form]
+        schema["anyOf"] = [o for item in schema["anyOf"]
+                           for o in (item["anyOf"] if set(item) == {"anyOf"} else [item])]
+    return schema, json.dumps(schema, separators=(",", ":"))
+
+
+def legal_action_schema(legal: list[str] | tuple[str, ...], designer: bool = False) -> dict[str, Any]:
+    """The JSON schema of a discriminated union of only the ``legal`` action types.
+
+    For the designer it also admits the flat DAEDALUS mechanism object (``{"auction_type": ...}``).
+    The result is cached and shared: do not mutate it.
+    """
+    kinds = tuple(k for k in ACTION_CLASSES if k in set(legal))
+    return _legal_schema(kinds, designer)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# lenient JSON extraction
+
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)```", re.DOTALL)
+_PY_WORDS = {"True": "true", "False": "false", "None": "null"}
+
+
+def _normalise(src: str) -> str:
+    """Near-JSON to JSON: single-quoted strings, trailing commas, // and /* */ comments,
+    Python's True/False/None. Strings are copied as they are (raw newlines stay for strict=False)."""
+    out: list[str] = []
+    i, n = 0, len(src)
+    while i < n:
+        ch = src[i]
+        if ch in "\"'":
+            quote, j, buf = ch, i + 1, []
+            while j < n:
+                c = src[j]
+                if c == "\\" and j + 1 < n:
+                    nxt = src[j + 1]
+                    buf.append("'" if (quote == "'" and nxt == "'") else c + nxt)
+                    j += 2
+                    continue
+                if c == quote:
+                    break
+                buf.append('\\"' if (quote == "'" and c == '"') else c)
+                j += 1
+            out.append('"' + "".join(buf) + '"')
+            i = j + 1
+        elif ch == "/" and src.startswith("//", i):
+            end = src.find("\n", i)
+            i = n if end < 0 else end
+        elif ch == "/" and src.startswith("/*", i):
+            end = src.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        elif ch == ",":
+            k = i + 1
+            while k < n and src[k].isspace():
+                k += 1
+            if not (k < n and src[k] in "}]"):
+                out.append(ch)
+            i += 1
+        elif ch.isalpha() or ch == "_":
+            j = i
+            while j < n and (src[j].isalnum() or src[j] == "_"):
+                j += 1
+            word = src[i:j]
+            out.append(_PY_WORDS.get(word, word))
+            i = j
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _balanced_objects(text: str, limit: int = 16) -> list[str]:
+    """Top-level ``{...}`` spans in order (string- and escape-aware), at most ``limit``."""
+    spans: list[str] = []
+    start = text.find("{")
+    while start >= 0 and len(spans) < limit:
+        depth, quote, i, end = 0, "", start, -1
+        while i < len(text):
+            c = text[i]
+            if quote:
+                if c == "\\":
+                    i += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "\"'" and (c == '"' or text[i - 1] in "{[:, \n\t"):
+                quote = c
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    end = i
+                    break
+            i += 1
+        if end < 0:
+            start = text.find("{", start + 1)
+            continue
+        spans.append(text[start:end + 1])
+        start = text.find("{", end + 1)
+    return spans
+
+
+def _loads(candidate: str) -> Any:
+    for attempt in (candidate, _normalise(candidate)):
+        try:
+            return json.loads(attempt, strict=False)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+    raise ValueError("not JSON")
+
+
+def extract_json(text: str) -> Any:
+    """The JSON object in a model reply: the whole reply, a fenced code block, or the first
+    balanced ``{...}`` (one that has ``action_type`` preferred), repaired for trailing commas,
+    single quotes, comments and Python literals. Raises :class:`ActionParseError` if none."""
+    text = (text or "")[:MAX_REPLY_CHARS].strip()
+    if not text:
+        raise ActionParseError('the reply was empty; send one JSON object such as {"action_type": "wait"}')
+    candidates = [text, *(m.group(1).strip() for m in _FENCE.finditer(text))]
+    first: dict[str, Any] | None = None
+    seen: set[str] = set()
+    for candidate in [*candidates, *_balanced_objects(text)]:
+        if candidate in seen or "{" not in candidate:
+            continue
+        seen.add(candidate)
+        try:
+            value = _loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            value = value[0]
+        if isinstance(value, dict):
+            if "action_type" in value:
+                return value
+            first = value if first is None else first
+    if first is not None:
+        return first
+    snippet = text[:80].replace("\n", " ")
+    raise ActionParseError(
+        f"no JSON object found in the reply ({snippet!r}...); send one JSON object such as "
+        '{"action_type": "wait"} and nothing else'
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# prompts
+
+_GOALS = {
+    "bidder": (
+        "You are an AI lab that needs GPU blocks for its jobs. Your reward is the value of the jobs "
+        "you complete by their deadlines minus the credits you pay; invalid actions and talk cost a "
+        "little."
+    ),
+    "designer": (
+        "You are the market operator and choose the auction mechanism. Your reward combines "
+        "allocative efficiency (welfare), fairness, participation, price stability and revenue."
+    ),
+}
+_PHASE_HINTS = {
+    "design": (
+        'To change the mechanism send {"action_type": "set_mechanism", "mechanism": {...only the '
+        'fields to change...}} (the flat form {"auction_type": "vcg", "reserve_price": 8} is accepted '
+        'too); {"action_type": "wait"} keeps the mechanism in force.'
+    ),
+    "bidding": (
+        'A bid lists one marginal bid per block wanted, highest first (non-increasing), within your '
+        'budget, e.g. {"action_type": "bid", "bids": [30, 25]}; {"action_type": "bid", "bids": []} '
+        "abstains."
+    ),
+    "negotiation": (
+        "Use only seat, offer, job and coalition ids that appear in the observation; "
+        '{"action_type": "wait"} passes.'
+    ),
+}
+
+
+def system_message(obs: Observation) -> str:
+    return "\n".join([
+        f"You play seat {obs.seat} ({obs.role}) in a multi-round GPU capacity market. {_GOALS[obs.role]}",
+        'Rules: reply with ONE JSON object, a single action with an "action_type" field, and nothing '
+        'else: no prose, no code fences. You may add a short "reasoning" string to the object.',
+        f"Legal action types now ({obs.phase} phase): {', '.join(obs.legal_actions)}.",
+        _PHASE_HINTS.get(obs.phase, ""),
+    ]).strip()
+
+
+def user_message(obs: Observation) -> str:
+    schema_text = _legal_schema(
+        tuple(k for k in ACTION_CLASSES if k in set(obs.legal_actions)), obs.role == "designer"
+    )[1]
+    return f"{obs.to_prompt()}\n\nYour reply must be one JSON object matching this JSON schema:\n{schema_text}"
+
+
+def prompt_messages(obs: Observation) -> Messages:
+    """The chat messages of one decision's first request: the system and the user message.
+
+    The single source of the LLM prompt: ``LLMAgent`` sends it and ``market.train.training_data``
+    renders scripted seats' decisions with it."""
+    return [
+        {"role": "system", "content": system_message(obs)},
+        {"role": "user", "content": user_message(obs)},
+    ]
+
+
+def repair_message(error: str, obs: Observation) -> str:
+    return (
+        f"That reply could not be used: {error}\n"
+        f"Reply again with ONE JSON object (legal action types now: {', '.join(obs.legal_actions)}) "
+        "and nothing else."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the agent
+
+Outcome = Union[Completion, BaseException]  # noqa: UP007
+
+
+class LLMAgent(BaseAgent):
+    """A seat played by a chat model (any :class:`Backend`); fills designer and bidder seats.
+
+    Args:
+        backend: the model (``OpenAIBackend``, a transformers backend, a ``CachedBackend``...).
+        retries: repair re-asks after an unusable reply, per decision.
+        fallback: ``"safe"`` (wait; in bidding an empty bid) or ``"truthful"`` (in bidding the
+            truthful bid of ``agents.scripted``).
+        temperature, max_tokens: sampling parameters sent with every request (None: omit).
+        params: further sampling parameters (top_p, stop, ...).
+        send_seed: send the seat's seed (from ``reset``) as the request ``seed``.
+        structured: pass the legal-action schema to the backend for structured output.
+        prices: ``{model: (USD per million prompt tokens, USD per million completion tokens)}``,
+            the unit providers publish and ``--price`` takes; a key also matches model names it
+            prefixes. Cache hits cost nothing.
+        call_timeout: hard limit in seconds on one async request (``aact``), on top of the
+            backend's own timeout.
+        limiter: a shared :class:`~agents.llm.backends.base.RequestLimiter`, or a
+            :class:`~agents.llm.backends.pool.ClientPool` whose shared clients and per-endpoint limits
+            the backend then uses (the runner sets it).
+        budget: a :class:`~agents.llm.backends.pool.Budget` charged with every completion's tokens
+            (the runner sets it; cache hits are free). Its price table prices this seat's
+            completions when ``prices`` does not.
+    """
+
+    name = "llm"
+    roles = frozenset({"designer", "bidder"})
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        retries: int = 2,
+        fallback: Fallback = "safe",
+        temperature: float | None = 0.0,
+        max_tokens: int | None = 512,
+        params: Mapping[str, Any] | None = None,
+        send_seed: bool = True,
+        structured: bool = True,
+        prices: Mapping[str, Price] | None = None,
+        call_timeout: float | None = None,
+        limiter: Any = None,
+        budget: Any = None,
+        spec: str | None = None,
+    ) -> None:
+        super().__init__()
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        if fallback not in ("safe", "truthful"):
+            raise ValueError(f"fallback must be 'safe' or 'truthful', got {fallback!r}")
+        self.backend = backend
+        self.retries = int(retries)
+        self.fallback: Fallback = fallback
+        self.params: dict[str, Any] = {
+            k: v for k, v in {"temperature": temperature, "max_tokens": max_tokens, **(params or {})}.items()
+            if v is not None
+        }
+        self.send_seed = send_seed
+        self.structured = structured
+        self.prices = {str(k): (float(v[0]), float(v[1])) for k, v in (prices or {}).items()}
+        self.call_timeout = call_timeout
+        if limiter is not None:
+            self.limiter = limiter
+        if budget is not None:
+            self.budget = budget
+        self.spec = spec or f"llm?model={getattr(backend, 'model', '?')}"
+        self._seed: int | None = None
+        self._occurrences: dict[str, int] = {}  # repeated identical requests, for the cache
+        self.stats: dict[str, float] = dict.fromkeys(STAT_KEYS, 0)
+        self.last_exchange: dict[str, Any] | None = None
+
+    @property
+    def model(self) -> str:
+        return str(getattr(self.backend, "model", "?"))
+
+    def reset(self, seed: int | None = None) -> None:
+        """Reseed and zero the per-episode accounting."""
+        super().reset(seed)
+        self._seed = None if seed is None else int(seed) % (2**31)
+        self.stats = dict.fromkeys(STAT_KEYS, 0)
+        self.last_exchange = None
+        self._occurrences = {}
+
+    # --- one decision, as a coroutine-free generator: yields requests, receives outcomes -------
+    def _request_params(self) -> dict[str, Any]:
+        params = dict(self.params)
+        if self.send_seed and self._seed is not None:
+            params.setdefault("seed", self._seed)
+        return params
+
+    def _validate(self, raw: str, obs: Observation) -> ActionModel:
+        action = parse_action(extract_json(raw), designer=obs.role == "designer")
+        if action.action_type not in obs.legal_actions:
+            raise ActionParseError(
+                f"{action.action_type} is not allowed in the {obs.phase} phase; legal now: {', '.join(obs.legal_actions)}"
+            )
+        if action.agent is not None and action.agent != obs.seat:
+            raise ActionParseError(f"'agent' is {action.agent!r} but you are {obs.seat}; drop 'agent'")
+        return action
+
+    def parse_reply(self, raw: str, obs: Observation) -> ActionModel:
+        """A reply as this seat turns it into an action: extracted, validated, its type legal now
+        and addressed to this seat. Raises :class:`ActionParseError` (the repair message)."""
+        return self._validate(raw, obs)
+
+    def fallback_action(self, obs: Observation) -> ActionModel:
+        """The action played when the model gives nothing usable."""
+        legal = obs.legal_actions
+        if obs.phase == "bidding" and "bid" in legal:
+            if self.fallback == "truthful" and obs.role == "bidder":
+                from agents.scripted import truthful_bid
+
+                return truthful_bid(obs)
+            return Bid(bids=[])
+        return Wait()
+
+    def _decide(self, obs: Observation) -> Generator[Messages, Outcome, ActionModel]:
+        self.stats["decisions"] += 1
+        exchange: dict[str, Any] = {
+            "seat": obs.seat, "round": obs.round, "phase": obs.phase, "model": self.model,
+            "messages": [], "raw": None, "raw_replies": [], "action": None, "error": None,
+            "errors": [], "attempts": 0, "fallback": False,
+        }
+        self.last_exchange = exchange
+        if not obs.legal_actions:
+            action: ActionModel = Wait()
+            exchange.update(action=action.model_dump(exclude_none=True), error="no legal actions: not this seat's turn")
+            return action
+        messages: Messages = prompt_messages(obs)
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.stats["retries"] += 1
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": (exchange["raw"] or "")[:MAX_ECHO_CHARS]},
+                    {"role": "user", "content": repair_message(exchange["error"], obs)},
+                ]
+            exchange["messages"] = messages
+            exchange["attempts"] = attempt + 1
+            outcome = yield messages
+            if not isinstance(outcome, Completion):
+                exchange["error"] = f"backend error: {outcome}" if str(outcome) else f"backend error: {type(outcome).__name__}"
+                exchange["errors"].append(exchange["error"])
+                break
+            exchange["raw"] = outcome.text
+            exchange["raw_replies"].append(outcome.text)
+            try:
+                action = self._validate(outcome.text, obs)
+            except ActionParseError as exc:
+                self.stats["parse_failures"] += 1
+                exchange["error"] = str(exc)
+                exchange["errors"].append(str(exc))
+                continue
+            exchange.update(action=action.model_dump(exclude_none=True), error=None)
+            return action
+        self.stats["fallbacks"] += 1
+        action = self.fallback_action(obs)
+        exchange.update(action=action.model_dump(exclude_none=True), fallback=True)
+        return action
+
+    def _account(self, outcome: Outcome, latency: float, report: CallReport | None = None) -> None:
+        stats = self.stats
+        stats["requests"] += 1
+        if report is not None:  # transport retries and the wait for a slot, success or not
+            for reason, count in report.retries.items():
+                stats[f"retries_{reason}"] = stats.get(f"retries_{reason}", 0) + count
+            stats["retry_wait_s"] += report.retry_wait_s
+            stats["queue_wait_s"] += report.queued_s
+            latency = max(0.0, latency - report.queued_s)  # latency excludes the queue
+        stats["latency_s"] += latency
+        if not isinstance(outcome, Completion):
+            stats["backend_errors"] += 1
+            return
+        stats["prompt_tokens"] += outcome.prompt_tokens
+        stats["completion_tokens"] += outcome.completion_tokens
+        if outcome.cached:
+            stats["cache_hits"] += 1
+            return
+        price = self.price_of(outcome.model)
+        if self.budget is not None:  # charged at the seat's price, so the run total is their sum
+            self.budget.charge(outcome.model or self.model, outcome.prompt_tokens,
+                               outcome.completion_tokens, price)
+        if price is not None:
+            stats["cost_usd"] += cost_usd(price, outcome.prompt_tokens, outcome.completion_tokens)
+
+    def price_of(self, model: str | None = None) -> Price | None:
+        """USD per million prompt and completion tokens of a completion by ``model`` (the name
+        the server reported) of this seat: the seat's own ``prices`` first, then the run
+        budget's table (``--price``); each looked up by the reported name, then by the seat's
+        model name. None when neither prices it."""
+        names = [n for n in (model, self.model) if n]
+        tables = [self.prices, self.budget.prices if self.budget is not None else {}]
+        for table in tables:
+            for name in names:
+                price = lookup_price(table, name)
+                if price is not None:
+                    return price
+        return None
+
+    def _schema(self, obs: Observation) -> dict[str, Any] | None:
+        return legal_action_schema(obs.legal_actions, obs.role == "designer") if self.structured else None
+
+    # --- drivers ----------------------------------------------------------------------------
+    def act(self, observation: Observation) -> ActionModel:
+        decision = self._decide(observation)
+        schema = self._schema(observation) if observation.legal_actions else None
+        try:
+            messages = next(decision)
+            while True:
+                start = time.perf_counter()
+                outcome: Outcome
+                with reporting() as report:
+                    try:
+                        with occurrence_scope(self._occurrences):
+                            outcome = self.backend.complete(messages, schema, self._request_params())
+                    except Exception as exc:  # a backend failure never escapes a seat
+                        outcome = exc if isinstance(exc, BackendError) else BackendError(_describe(exc))
+                self._account(outcome, time.perf_counter() - start, report)
+                messages = decision.send(outcome)
+        except StopIteration as stop:
+            return stop.value
+
+    async def aact(self, observation: Observation) -> ActionModel:
+        decision = self._decide(observation)
+        schema = self._schema(observation) if observation.legal_actions else None
+        try:
+            messages = next(decision)
+            while True:
+                with reporting() as report:
+                    outcome, latency = await self._acall(messages, schema)
+                self._account(outcome, latency, report)
+                messages = decision.send(outcome)
+        except StopIteration as stop:
+            return stop.value
+
+    async def _acall(self, messages: Messages, schema: dict[str, Any] | None) -> tuple[Outcome, float]:
+        start = time.perf_counter()
+        try:
+            if isinstance(self.limiter, ClientPool):  # the backend takes the pool's slots itself
+                with self.limiter.active():
+                    return await self._arequest(messages, schema), time.perf_counter() - start
+            if self.limiter is not None:
+                async with self.limiter:
+                    start = time.perf_counter()  # latency excludes the wait for a slot
+                    return await self._arequest(messages, schema), time.perf_counter() - start
+            return await self._arequest(messages, schema), time.perf_counter() - start
+        except Exception as exc:
+            outcome = exc if isinstance(exc, BackendError) else BackendError(_describe(exc))
+            return outcome, time.perf_counter() - start
+
+    async def _arequest(self, messages: Messages, schema: dict[str, Any] | None) -> Completion:
+        with occurrence_scope(self._occurrences):  # wait_for's task copies this context
+            call = self.backend.acomplete(messages, schema, self._request_params())
+            if self.call_timeout is None:
+                return await call
+            try:
+                return await asyncio.wait_for(call, self.call_timeout)
+            except TimeoutError:
+                pass
+        raise BackendError(f"model {self.model}: no reply within call_timeout={self.call_timeout:g}s")
+
+    # --- construction from a spec --------------------------------------------------------------
+    @classmethod
+    def from_params(cls, provider: str = "openai", **params: Any) -> LLMAgent:
+        """Build from spec parameters (strings are converted), e.g. for
+        ``llm:openai?model=gpt-4o-mini&base_url=...&retries=1&cache=runs/llm.sqlite``.
+
+        Agent parameters (:data:`AGENT_PARAMS`): ``retries``, ``fallback``, ``temperature``,
+        ``max_tokens``, ``send_seed``, ``structured``, ``call_timeout``, ``price_prompt`` and
+        ``price_completion`` (USD per million tokens), ``cache`` (a SQLite path) and
+        ``cache_mode``. Everything else goes to the provider's backend (``openai``:
+        :class:`~agents.llm.backends.openai_backend.OpenAIBackend`). An unknown parameter raises
+        ``TypeError`` naming every parameter the spec takes, with the nearest as a suggestion.
+        """
+        spec = "llm:" + provider + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
+        backend_cls = backend_class(provider)
+        _check_names(backend_cls, params)
+        agent_kw: dict[str, Any] = {}
+        for key, conv in _AGENT_PARAMS.items():
+            if key in params:
+                agent_kw[key] = conv(params.pop(key))
+        cache = params.pop("cache", None)
+        cache_mode = str(params.pop("cache_mode", "readwrite"))
+        if cache is None and cache_mode != "readwrite":
+            raise TypeError("cache_mode needs cache=PATH (the SQLite file)")
+        price_prompt = params.pop("price_prompt", None)
+        price_completion = params.pop("price_completion", None)
+        backend: Any
+        if cache is not None and cache_mode == "read":
+            # offline: the model is never contacted; the backend (if it can be built here) only
+            # names the model, which is part of the cache key
+            try:
+                backend = backend_cls(**_coerce(backend_cls, params))
+                model = backend.model
+            except Exception:
+                backend, model = None, _model_name(params)
+        else:
+            backend = backend_cls(**_coerce(backend_cls, params))
+            model = backend.model
+        if cache is not None:
+            backend = CachedBackend(backend, str(cache), mode=cache_mode, model=str(model))  # type: ignore[arg-type]
+        if price_prompt is not None or price_completion is not None:
+            agent_kw["prices"] = {str(model): (_price_value("price_prompt", price_prompt),
+                                               _price_value("price_completion", price_completion))}
+        return cls(backend, spec=spec, **agent_kw)
+
+    @classmethod
+    def from_spec(cls, spec: str) -> LLMAgent:
+        """``llm:PROVIDER?key=value&...`` (``llm?...`` means the openai provider)."""
+        head, _, query = spec.partition("?")
+        name, _, provider = head.partition(":")
+        if name.strip() != "llm":
+            raise ValueError(f"not an llm spec: {spec!r}")
+        return cls.from_params(provider.strip() or "openai", **dict(parse_qsl(query)))
+
+    def __repr__(self) -> str:
+        return f"<LLMAgent model={self.model!r} backend={self.backend!r}>"
+
+
+def make_llm_agent(provider: str = "openai", params: Mapping[str, Any] | None = None) -> LLMAgent:
+    """The registry's entry point for ``llm:PROVIDER?params`` (values may be strings or already
+    coerced). Raises ``TypeError``/``ValueError`` for bad parameters (including a missing API key)."""
+    return LLMAgent.from_params(provider or "openai", **dict(params or {}))
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _model_name(params: Mapping[str, Any]) -> str:
+    """The model name a backend would report, from spec parameters (offline replay)."""
+    for key in ("model_name", "model"):
+        if params.get(key):
+            return str(params[key])
+    path = str(params.get("path") or "")
+    if not path:
+        raise TypeError("cache_mode=read needs model=... (part of the cache key)")
+    p = Path(str(params.get("gguf_file") or path))
+    return p.stem if p.suffix == ".gguf" else p.name
+
+
+def _bool(value: Any) -> bool:
+    return as_flag(value, "value")
+
+
+def _optional(conv: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        return None if value is None or str(value).strip().lower() in ("none", "null", "") else conv(value)
+    return convert
+
+
+_AGENT_PARAMS: dict[str, Callable[[Any], Any]] = {
+    "retries": int, "fallback": str, "temperature": _optional(float), "max_tokens": _optional(int),
+    "send_seed": _bool, "structured": _bool, "call_timeout": _optional(float),
+}
+#: every parameter an ``llm:`` spec takes whatever its provider (the backend's come on top)
+AGENT_PARAMS: tuple[str, ...] = (*_AGENT_PARAMS, "price_prompt", "price_completion", "cache",
+                                 "cache_mode")
+#: parameters of earlier versions, refused with what to write instead
+_RENAMED = {
+    "cost_prompt": "price_prompt", "cost_completion": "price_completion",
+}
+
+
+def _price_value(name: str, value: Any) -> float:
+    try:
+        price = float(value or 0.0)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}={value!r}: give USD per million tokens as a number, "
+                        "e.g. price_prompt=0.15&price_completion=0.60") from None
+    if not price >= 0:
+        raise TypeError(f"{name}={value!r}: a price cannot be negative")
+    return price
+
+
+def backend_params(backend_cls: type) -> list[str] | None:
+    """The parameter names of a backend class's constructor (None: it takes any keyword)."""
+    sig = inspect.signature(backend_cls)
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return [n for n, p in sig.parameters.items()
+            if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def unknown_parameter_message(name: str, where: str, groups: Mapping[str, Sequence[str]]) -> str:
+    """``unknown parameter 'retrys'[ for WHERE]; did you mean 'retries'? GROUP parameters: ...``
+    with the nearest valid name (difflib) and every valid one, by group."""
+    valid = [n for names in groups.values() for n in names]
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}? " if close else "; "
+    listed = "; ".join(f"{group} parameters: {', '.join(names) or '(none)'}"
+                       for group, names in groups.items())
+    return f"unknown parameter {name!r}{f' for {where}' if where else ''}{hint}{listed}"
+
+
+def _check_names(backend_cls: type, params: Mapping[str, Any]) -> None:
+    """Refuse a parameter neither the agent nor the backend takes, listing both sets."""
+    backend = backend_params(backend_cls)
+    for key in params:
+        if key in _RENAMED:
+            raise TypeError(
+                f"{key} was USD per 1k tokens and is now {_RENAMED[key]}, in USD per million "
+                f"tokens as providers publish prices and as --price takes them: write "
+                f"{_RENAMED[key]}=<your {key} x 1000>")
+        if key in AGENT_PARAMS or backend is None or key in backend:
+            continue
+        raise TypeError(unknown_parameter_message(
+            key, "", {"agent": AGENT_PARAMS, backend_cls.__name__: backend}))
+PROVIDERS: dict[str, str] = {
+    "openai": "agents.llm.backends.openai_backend:OpenAIBackend",
+    "hf": "agents.llm.backends.hf_backend:HFBackend",
+}
+
+
+def backend_class(provider: str) -> type:
+    """The backend class of a provider name (``openai``, ``hf``) or ``module:Class``."""
+    target = PROVIDERS.get(provider, provider)
+    module_name, _, class_name = target.partition(":")
+    if not class_name:
+        raise TypeError(f"unknown LLM provider {provider!r}; known: {', '.join(PROVIDERS)} (or module:Class)")
+    module = importlib.import_module(module_name)
+    cls = getattr(module, class_name, None)
+    if cls is None:  # tolerate the other usual spellings of a transformers backend
+        cls = next((getattr(module, n) for n in ("HFBackend", "HfBackend", "TransformersBackend")
+                    if hasattr(module, n)), None)
+    if cls is None:
+        raise TypeError(f"{module_name} has no backend class {class_name}")
+    return cls
+
+
+def _coerce(cls: type, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Convert spec strings by the types of ``cls.__init__``'s defaults; unknown names raise TypeError."""
+    sig = inspect.signature(cls)
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        param = sig.parameters.get(key)
+        if param is None:
+            if accepts_any:
+                out[key] = value
+                continue
+            raise TypeError(f"unknown parameter {key!r}; {cls.__name__} takes: "
+                            f"{', '.join(n for n in sig.parameters if n != 'self')}")
+        default = param.default
+        if param.annotation in ("str", str) and not isinstance(value, str):
+            out[key] = str(value)  # e.g. model=7 coerced to an int by a spec parser
+        elif not isinstance(value, str):
+            out[key] = value
+        elif value.strip().lower() in ("none", "null") and (default is None or default is param.empty):
+            out[key] = None
+        elif isinstance(default, bool):
+            out[key] = _bool(value)
+        elif isinstance(default, int):
+            out[key] = int(value)
+        elif isinstance(default, float):
+            out[key] = float(value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,1 @@
+"""Chat-completion backends of LLM seats: OpenAI-compatible servers and local transformers."""

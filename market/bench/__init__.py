@@ -1,0 +1,2 @@
+"""Benchmarks (``gpumarket bench``) and the fake OpenAI-compatible server they use (a test
+double, not a model)."""

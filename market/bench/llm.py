@@ -1,0 +1,205 @@
+"""Throughput benchmark for LLM seats (a benchmark, not a test).
+
+``run_llm_bench(base_url)`` measures LLM decisions per second through :meth:`LLMAgent.aact` at
+several request-concurrency limits, with one :class:`RequestLimiter` shared by all agents (as the
+runner shares one across concurrent episodes). Point it at any OpenAI-compatible server; for a
+model-free figure, the test double ``python -m market.bench.fake_openai_server --latency-ms 50``
+answers every request after a fixed latency, so the ideal speed-up at concurrency *c* is *c*.
+
+``compare_transports(base_url)`` measures client CPU seconds per request for the ``openai``
+client's async transports (httpx and, if installed, aiohttp) at concurrency 32.
+
+Command line (``--spawn-fake`` starts the test double in a subprocess)::
+
+    python -m market.bench.llm --spawn-fake --latency-ms 50 --concurrency 1 8 --decisions 200
+    python -m market.bench.llm --base-url http://127.0.0.1:8080/v1 --model qwen2.5-0.5b
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from agents.llm.agent import LLMAgent
+from agents.llm.backends.base import RequestLimiter
+from agents.llm.backends.openai_backend import OpenAIBackend, aiohttp_available
+from market.environment.observations import Observation
+
+
+def bench_observations(n: int = 64, seed: int = 0) -> list[Observation]:
+    """``n`` observations from ``market_round`` episodes (designer and labs, every phase)."""
+    from agents.scripted import TruthfulBidder
+    from market.environment.aec import raw_env
+
+    out: list[Observation] = []
+    env = raw_env("market_round")
+    policy = TruthfulBidder()
+    episode = seed
+    while len(out) < n:
+        env.reset(seed=episode)
+        for _seat in env.agent_iter():
+            obs, _, term, trunc, _ = env.last()
+            if not (term or trunc) and obs.legal_actions:
+                out.append(obs)
+            env.step(None if term or trunc else policy.act(obs))
+        episode += 1
+    return out[:n]
+
+
+async def _run_level(backend: OpenAIBackend, observations: Sequence[Observation], concurrency: int,
+                     decisions: int) -> dict[str, Any]:
+    limiter = RequestLimiter(concurrency)
+    workers = 2 * concurrency  # more callers than slots: the limiter is what bounds in flight
+    agents = [LLMAgent(backend, limiter=limiter, retries=0) for _ in range(workers)]
+    for i, agent in enumerate(agents):
+        agent.reset(i)
+    counter = iter(range(decisions))
+
+    async def worker(agent: LLMAgent) -> None:
+        for i in counter:
+            await agent.aact(observations[i % len(observations)])
+
+    # warm-up: open the connections
+    await asyncio.gather(*(a.aact(observations[0]) for a in agents[:concurrency]))
+    for agent in agents:
+        agent.reset(0)
+    limiter.peak_in_flight = 0
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker(a) for a in agents))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    stats = {k: sum(a.stats[k] for a in agents) for k in ("decisions", "requests", "fallbacks", "backend_errors",
+                                                           "latency_s")}
+    return {
+        "concurrency": concurrency, "decisions": int(stats["decisions"]), "seconds": round(wall, 3),
+        "decisions_per_s": round(stats["decisions"] / wall, 2), "cpu_ms_per_decision": round(1000 * cpu / decisions, 3),
+        "mean_latency_ms": round(1000 * stats["latency_s"] / max(1, stats["requests"]), 2),
+        "peak_in_flight": limiter.peak_in_flight, "fallbacks": int(stats["fallbacks"]),
+        "backend_errors": int(stats["backend_errors"]),
+        # requests the model actually answered, per second: timeouts and errors do not count, so
+        # a serialising server cannot look faster at higher concurrency by timing out
+        "answered_per_s": round(max(0, stats["requests"] - stats["backend_errors"]) / wall, 3),
+    }
+
+
+def run_llm_bench(
+    base_url: str,
+    concurrency: Sequence[int] = (1, 8),
+    decisions: int = 200,
+    model: str = "fake-model",
+    http_client: str = "auto",
+    api_key_env: str = "OPENAI_API_KEY",
+    response_format: str = "json_schema",
+) -> list[dict[str, Any]]:
+    """Decisions/s through ``LLMAgent.aact`` at each concurrency limit; one row per limit, with
+    ``speedup`` relative to the first. Read ``answered_speedup`` too: ``speedup`` counts decisions
+    that fell back after a timeout, which a server that serialises requests produces."""
+    observations = bench_observations()
+    backend = OpenAIBackend(model, base_url=base_url, api_key_env=api_key_env, max_retries=0,
+                            http_client=http_client, response_format=response_format)  # type: ignore[arg-type]
+
+    async def main() -> list[dict[str, Any]]:
+        rows = [await _run_level(backend, observations, c, decisions) for c in concurrency]
+        await backend.aclose()
+        return rows
+
+    rows = asyncio.run(main())
+    for row in rows:
+        row["speedup"] = round(row["decisions_per_s"] / rows[0]["decisions_per_s"], 2)
+        base = rows[0]["answered_per_s"]
+        row["answered_speedup"] = round(row["answered_per_s"] / base, 2) if base else None
+    return rows
+
+
+def compare_transports(base_url: str, concurrency: int = 32, requests: int = 2000, model: str = "fake-model",
+                       rounds: int = 2) -> dict[str, dict[str, float]]:
+    """Client CPU ms per request (and requests/s) of each async transport at ``concurrency``.
+
+    Each transport runs ``rounds`` times, interleaved; the best round counts (least noise).
+    """
+    obs = bench_observations(8)
+    agent = LLMAgent(OpenAIBackend(model, base_url=base_url))
+    messages = [{"role": "system", "content": "bench"}, {"role": "user", "content": obs[1].to_prompt()}]
+    schema = agent._schema(obs[1])
+    transports = ["httpx"] + (["aiohttp"] if aiohttp_available() else [])
+    results: dict[str, dict[str, float]] = {}
+
+    async def one(kind: str) -> dict[str, float]:
+        backend = OpenAIBackend(model, base_url=base_url, max_retries=0, http_client=kind)  # type: ignore[arg-type]
+        sem = asyncio.Semaphore(concurrency)
+
+        async def call() -> None:
+            async with sem:
+                await backend.acomplete(messages, schema, {"max_tokens": 64})
+
+        await asyncio.gather(*(call() for _ in range(2 * concurrency)))  # warm-up
+        cpu, wall = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(call() for _ in range(requests)))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        await backend.aclose()
+        return {"cpu_ms_per_request": round(1000 * cpu / requests, 3), "requests_per_s": round(requests / wall, 1)}
+
+    for _ in range(rounds):
+        for kind in transports:
+            row = asyncio.run(one(kind))
+            best = results.get(kind)
+            if best is None or row["cpu_ms_per_request"] < best["cpu_ms_per_request"]:
+                results[kind] = row
+    return results
+
+
+@contextmanager
+def spawn_fake_server(latency_ms: float = 0.0) -> Iterator[str]:
+    """Start :mod:`market.bench.fake_openai_server` (the test double) in a subprocess; yields its base
+    URL. Run as a module of this installed package, so a wheel install needs no source checkout."""
+    proc = subprocess.Popen([sys.executable, "-m", "market.bench.fake_openai_server",
+                             "--latency-ms", str(latency_ms)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if not line.startswith("READY "):
+            raise RuntimeError(f"fake server did not start: {line!r}")
+        yield line.split(" ", 1)[1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m market.bench.llm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base-url", help="an OpenAI-compatible server (…/v1)")
+    parser.add_argument("--spawn-fake", action="store_true", help="start the test double in a subprocess")
+    parser.add_argument("--latency-ms", type=float, default=50.0, help="the test double's fixed latency")
+    parser.add_argument("--model", default="fake-model")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--decisions", type=int, default=200)
+    parser.add_argument("--http-client", default="auto", choices=["auto", "httpx", "aiohttp"])
+    parser.add_argument("--transports", action="store_true", help="also compare httpx/aiohttp CPU per request")
+    parser.add_argument("--transport-requests", type=int, default=2000)
+    args = parser.parse_args(argv)
+    if not (args.base_url or args.spawn_fake):
+        parser.error("give --base-url or --spawn-fake")
+    report: dict[str, Any] = {}
+    if args.spawn_fake:
+        with spawn_fake_server(args.latency_ms) as url:
+            report["decisions"] = run_llm_bench(url, args.concurrency, args.decisions, args.model, args.http_client)
+        if args.transports:
+            with spawn_fake_server(0.0) as url:
+                report["transports_c32"] = compare_transports(url, 32, args.transport_requests, args.model)
+    else:
+        report["decisions"] = run_llm_bench(args.base_url, args.concurrency, args.decisions, args.model,
+                                            args.http_client)
+        if args.transports:
+            report["transports_c32"] = compare_transports(args.base_url, 32, args.transport_requests, args.model)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""Actions: a pydantic discriminated union on ``action_type``, parsed from models, dicts or JSON.
+
+Names follow the GPU-arena seed where the meaning matches (``send_offer`` ... ``finish``), plus
+``bid``, ``leave_coalition`` and the designer's ``set_mechanism``. The designer seat also accepts
+the DAEDALUS designer's flat mechanism JSON as is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+
+from market.core.mechanisms import Mechanism
+
+MAX_TEXT = 1000
+MAX_BID_UNITS = 100_000
+
+
+def _clip_text(value: str) -> str:
+    """Keep printable text only and truncate: LLM output can be arbitrarily long or binary."""
+    cleaned = "".join(ch for ch in value[: MAX_TEXT * 2] if ch.isprintable() or ch in "\n\t")
+    return cleaned[:MAX_TEXT]
+
+
+Text = Annotated[str, AfterValidator(_clip_text)]
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: str | None = Field(None, description="Optional: the seat this action is for; must be the acting seat.")
+    reasoning: Text | None = Field(None, description="Optional free text (kept in transcripts, ignored by the market).")
+
+
+class MechanismUpdate(BaseModel):
+    """Mechanism fields to change; omitted fields keep the mechanism in force."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    auction_type: Literal["first_price", "second_price", "vcg", "fair_share", "posted_price"] | None = None
+    reserve_price: float | None = Field(None, ge=0.0, le=1e9)
+    reveal_reserve: bool | None = None
+    reveal_competing_bids: bool | None = None
+    reveal_winner_identity: bool | None = None
+    reveal_clearing_price: bool | None = None
+    reveal_bid_distribution: bool | None = None
+    shill_penalty: float | None = Field(None, ge=0.0, le=1e9)
+    withdrawal_penalty: float | None = Field(None, ge=0.0, le=1e9)
+    collusion_penalty: float | None = Field(None, ge=0.0, le=1e9)
+    coalition_policy: Literal["allow", "restrict", "penalize_suspected", "penalize_confirmed"] | None = None
+    judge_pool_share: float | None = Field(None, ge=0.0, le=1.0)
+
+    def apply_to(self, current: Mechanism) -> Mechanism:
+        return current.model_copy(update=self.model_dump(exclude_none=True))
+
+
+class SetMechanism(_Action):
+    """Designer: choose the mechanism for this round (or the episode)."""
+
+    action_type: Literal["set_mechanism"] = "set_mechanism"
+    mechanism: MechanismUpdate = MechanismUpdate()
+
+
+class SendOffer(_Action):
+    """Offer to sell (or buy) ``blocks`` blocks for round ``delivery_round`` at ``price`` credits in total.
+
+    Credits move when the offer is accepted. Blocks of the current round move then too (the seller
+    must own them); blocks of a later round are a forward contract delivered at that round, and a
+    seller short of blocks then is in breach (refund plus withdrawal penalty).
+    """
+
+    action_type: Literal["send_offer"] = "send_offer"
+    to: str
+    side: Literal["sell", "buy"] = "sell"
+    blocks: int = Field(ge=1, le=1_000_000)
+    price: float = Field(ge=0.0, le=1e9)
+    delivery_round: int | None = Field(None, ge=0, description="Absolute round; default: the current round.")
+    expires_in: int = Field(1, ge=1, le=1000, description="Rounds the offer stays open (1: until this round's bidding).")
+    message: Text | None = None
+
+
+
+class CounterOffer(_Action):
+    """Reject an offer addressed to you and send its sender new terms for the same trade.
+
+    The trade direction stays the same (if they offered to sell, you now offer to buy) and so does
+    the delivery round; only ``blocks`` and ``price`` change.
+    """
+
+    action_type: Literal["counter_offer"] = "counter_offer"
+    offer_id: str
+    blocks: int = Field(ge=1, le=1_000_000)
+    price: float = Field(ge=0.0, le=1e9)
+    message: Text | None = None
+
+
+
+class AcceptOffer(_Action):
+    action_type: Literal["accept_offer"] = "accept_offer"
+    offer_id: str
+
+
+class RejectOffer(_Action):
+    """Reject an offer addressed to you, or withdraw one you sent."""
+
+    action_type: Literal["reject_offer"] = "reject_offer"
+    offer_id: str
+
+
+class FormCoalition(_Action):
+    """Propose a coalition: invitees join with commit_to_coalition; it is active once 2 have committed.
+
+    ``contribution`` credits go into the pool now (escrow). The leader (proposer) bids for the
+    coalition from the pool; won blocks are split ``proportional`` to contributions or ``equal``ly.
+    Leaving before ``term_rounds`` have passed is a breach.
+    """
+
+    action_type: Literal["form_coalition"] = "form_coalition"
+    members: list[str] = Field(min_length=1, max_length=64, description="Seats invited (not including yourself).")
+    purpose: Text = ""
+    contribution: float = Field(0.0, ge=0.0, le=1e9)
+    split: Literal["proportional", "equal"] = "proportional"
+    term_rounds: int = Field(1, ge=1, le=1000)
+
+
+
+class CommitToCoalition(_Action):
+    action_type: Literal["commit_to_coalition"] = "commit_to_coalition"
+    coalition_id: str
+    contribution: float = Field(0.0, ge=0.0, le=1e9)
+
+
+class LeaveCoalition(_Action):
+    action_type: Literal["leave_coalition"] = "leave_coalition"
+    coalition_id: str
+
+
+class SendMessage(_Action):
+    action_type: Literal["send_message"] = "send_message"
+    to: str | list[str] = Field("all", description="'all' (public) or one or more seats (private).")
+    text: Text
+
+
+
+class MakePitch(_Action):
+    """Ask the judge for blocks from the judge pool this round."""
+
+    action_type: Literal["make_pitch"] = "make_pitch"
+    text: Text
+    blocks_requested: int = Field(1, ge=1, le=1_000_000)
+    job_id: str | None = None
+    # optional structured claims; the judge checks each against the lab's true jobs
+    claimed_deadline: int | None = Field(
+        None, ge=0, le=1_000_000, description="Optional claim: the round your job is due.")
+    claimed_blocks: int | None = Field(
+        None, ge=0, le=1_000_000, description="Optional claim: blocks your live jobs still need.")
+    claimed_value: float | None = Field(
+        None, ge=0.0, le=1e12, description="Optional claim: the job(s)' total value in credits.")
+
+
+
+class CounterPitch(_Action):
+    """Dispute another lab's pitch this round (recorded for the judge)."""
+
+    action_type: Literal["counter_pitch"] = "counter_pitch"
+    target: str
+    text: Text
+
+
+
+class AllocateToJob(_Action):
+    """Put ``blocks`` of the blocks you hold this round on ``job_id`` (the rest go earliest-deadline-first).
+
+    ``blocks = 0`` keeps the job off this round's blocks.
+    """
+
+    action_type: Literal["allocate_to_job"] = "allocate_to_job"
+    job_id: str
+    blocks: int = Field(ge=0, le=1_000_000)
+
+
+class Bid(_Action):
+    """A bid schedule: non-increasing marginal bids, one per block wanted ([] abstains).
+
+    With ``coalition_id`` the leader bids for its coalition from the pool.
+    """
+
+    action_type: Literal["bid"] = "bid"
+    bids: list[float] = Field(default_factory=list, max_length=MAX_BID_UNITS)
+    coalition_id: str | None = None
+
+    @field_validator("bids")
+    @classmethod
+    def _schedule(cls, v: list[float]) -> list[float]:
+        for k, b in enumerate(v):
+            if not b >= 0.0 or b > 1e9:  # also rejects NaN
+                raise ValueError(f"bid {k} is {b}; each bid must be a number between 0 and 1e9")
+            if k and b > v[k - 1]:
+                raise ValueError(
+                    f"bid {k} ({b}) is above bid {k - 1} ({v[k - 1]}); marginal bids must be non-increasing, "
+                    "so sort them from highest to lowest"
+                )
+        return v
+
+
+class Wait(_Action):
+    action_type: Literal["wait"] = "wait"
+
+
+class Finish(_Action):
+    """Leave the market for the rest of the episode."""
+
+    action_type: Literal["finish"] = "finish"
+
+
+Action = Annotated[
+    SetMechanism | SendOffer | CounterOffer | AcceptOffer | RejectOffer | FormCoalition
+    | CommitToCoalition | LeaveCoalition | SendMessage | MakePitch | CounterPitch
+    | AllocateToJob | Bid | Wait | Finish,
+    Field(discriminator="action_type"),
+]
+ACTION_CLASSES: dict[str, type[_Action]] = {
+    cls.model_fields["action_type"].default: cls
+    for cls in (SetMechanism, SendOffer, CounterOffer, AcceptOffer, RejectOffer, FormCoalition,
+                CommitToCoalition, LeaveCoalition, SendMessage, MakePitch, CounterPitch,
+                AllocateToJob, Bid, Wait, Finish)
+}
+ACTION_TYPES: tuple[str, ...] = tuple(ACTION_CLASSES)
+ActionModel = _Action
+action_adapter: TypeAdapter[Any] = TypeAdapter(Action)
+_MECHANISM_KEYS = set(MechanismUpdate.model_fields)
+
+
+class ActionParseError(ValueError):
+    """The action could not be understood; the message says what to send instead."""
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int) or True)
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown field '{loc.split('.')[-1]}'")
+        elif err["type"] == "union_tag_invalid":
+            parts.append(f"unknown action_type; use one of: {', '.join(ACTION_TYPES)}")
+        elif err["type"] == "union_tag_not_found":
+            parts.append(f"missing 'action_type'; use one of: {', '.join(ACTION_TYPES)}")
+        else:
+            parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse_action(raw: Any, designer: bool = False) -> _Action:
+    """An action from a model, a dict or JSON text. Raises :class:`ActionParseError` with a fix.
+
+    For the designer seat, a dict without ``action_type`` whose keys are mechanism fields (the
+    DAEDALUS designer's JSON), or ``set_mechanism`` with those fields flat, is a set_mechanism.
+    """
+    if isinstance(raw, _Action):
+        return raw
+    if isinstance(raw, bytes | bytearray):
+        raw = raw.decode("utf-8", errors="replace")
+    if isinstance(raw, str):
+        text = raw.strip()
+        try:
+            raw = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            snippet = text[:60].replace("\n", " ")
+            raise ActionParseError(
+                f"not valid JSON ({snippet!r}...); send one JSON object such as "
+                '{"action_type": "wait"}'
+            ) from None
+    if raw is None:
+        raise ActionParseError('no action given; send e.g. {"action_type": "wait"}')
+    if not isinstance(raw, dict):
+        raise ActionParseError(
+            f"an action must be a JSON object, got {type(raw).__name__}; e.g. {{\"action_type\": \"wait\"}}"
+        )
+    if designer and raw.get("action_type", "set_mechanism") == "set_mechanism" and "mechanism" not in raw:
+        flat = {k: v for k, v in raw.items() if k in _MECHANISM_KEYS}
+        if flat or "action_type" not in raw:
+            rest = {k: v for k, v in raw.items() if k not in _MECHANISM_KEYS and k != "action_type"}
+            raw = {"action_type": "set_mechanism", "mechanism": flat, **rest}
+    try:
+        return action_adapter.validate_python(raw)
+    except ValidationError as exc:
+        raise ActionParseError(f"invalid {raw.get('action_type', 'action')}: {_describe(exc)}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ActionParseError(f"invalid action: {exc}") from None
+
+
+def action_json_schema() -> dict[str, Any]:
+    """The JSON schema of an action (for LLM structured output and the docs)."""
+    return action_adapter.json_schema()

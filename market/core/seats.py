@@ -1,0 +1,40 @@
+"""Seat names: the one place that builds and reads them.
+
+A market has one designer seat, ``designer_0``, and one bidder seat per lab, ``bidder_<i>`` for
+lab index ``i`` (0-based, in lab order). Everything else in the project asks this module instead
+of formatting or slicing the strings itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+DESIGNER = "designer_0"
+BIDDER_PREFIX = "bidder_"
+_BIDDER = re.compile(r"bidder_(0|[1-9][0-9]*)")
+
+
+def bidder_seat(lab: int) -> str:
+    """The seat of lab ``lab``: ``bidder_seat(3) == "bidder_3"``."""
+    return f"{BIDDER_PREFIX}{int(lab)}"
+
+
+def is_bidder_seat(seat: object) -> bool:
+    """Whether ``seat`` is a well-formed bidder seat name (``bidder_0``, ``bidder_12``...)."""
+    return isinstance(seat, str) and _BIDDER.fullmatch(seat) is not None
+
+
+def lab_index(seat: str) -> int:
+    """The lab index of a bidder seat: ``lab_index("bidder_3") == 3``.
+
+    Raises ``ValueError`` for anything that is not a bidder seat name.
+    """
+    match = _BIDDER.fullmatch(seat) if isinstance(seat, str) else None
+    if match is None:
+        raise ValueError(f"{seat!r} is not a bidder seat (bidder_0, bidder_1, ...)")
+    return int(match.group(1))
+
+
+def seat_order(seat: str) -> tuple[int, int]:
+    """Sort key for seats: the designer first, then bidders by lab index."""
+    return (0, 0) if seat == DESIGNER else (1, lab_index(seat))

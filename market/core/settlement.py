@@ -1,0 +1,170 @@
+"""Clearing a round: judge pool grants, the primary auction, coalition splits and penalties.
+
+Order (docs/design.md, section 4, step 5):
+1. The effective reserve is the mechanism's reserve or the energy floor, whichever is higher.
+2. ``floor(capacity x judge_pool_share)`` blocks go to the judge pool; grants are free. Blocks the
+   judge does not grant return to the auction. A pitch with a false claim loses the lab
+   ``FALSE_CLAIM_REPUTATION_LOSS`` reputation (see ``market.core.judge``).
+3. The auction clears the rest over lab and coalition bid schedules.
+4. Labs pay; coalition payments come out of the pool; coalition blocks are split.
+5. Shill bids (unit bids beyond a lab's true need that set the price or win blocks it cannot use)
+   pay ``shill_penalty`` per block; detected cartels pay ``collusion_penalty`` per member when the
+   coalition policy penalises them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from market.core.coalitions import CoalitionBook, charge_pool, split_blocks
+from market.core.collusion import InteractionGraph, detect_cartels, flagged_labs
+from market.core.execution import runnable
+from market.core.judge import (
+    FALSE_CLAIM_REPUTATION_LOSS,
+    Judge,
+    JudgeHistory,
+    Verdict,
+    allocate_judge_pool,
+)
+from market.core.ledger import issue_blocks, pay_for_blocks, pay_operator
+from market.core.mechanisms import Mechanism, clear
+from market.core.negotiation import Book
+from market.core.world import World
+
+
+@dataclass(slots=True)
+class BidEntry:
+    """One row of the auction: a lab bidding for itself, or a coalition's leader for the group."""
+
+    lab: int  # the lab that submitted it (coalition leader for coalition bids)
+    bids: list[float]
+    coalition_id: str | None = None
+
+
+@dataclass(slots=True)
+class RoundResult:
+    round: int
+    mechanism: Mechanism
+    reserve: float  # effective reserve
+    capacity: int
+    auctioned: int
+    price: float
+    sold: int
+    revenue: float
+    bids: list[BidEntry]
+    won: dict[int, int] = field(default_factory=dict)  # blocks won at auction, per lab (after coalition splits)
+    paid: dict[int, float] = field(default_factory=dict)  # auction payments per lab (coalition share included)
+    verdicts: list[Verdict] = field(default_factory=list)
+    shill: dict[int, float] = field(default_factory=dict)
+    collusion: dict[int, float] = field(default_factory=dict)
+    suspected: list[tuple[list[int], float]] = field(default_factory=list)
+
+
+def _affordable(bids: list[float], pool: float) -> list[float]:
+    """The longest prefix of a schedule whose total the pool can pay."""
+    total, out = 0.0, []
+    for b in bids:
+        total += b
+        if total > pool + 1e-9:
+            break
+        out.append(b)
+    return out
+
+
+def true_need(world: World, lab: int, now: int) -> int:
+    """Blocks of progress a lab's live, runnable jobs still need, minus blocks it already holds."""
+    rel = float(world.reliability[now])
+    need = sum(j.remaining for j in world.labs[lab].jobs if runnable(j, rel))
+    return max(0, need - int(world.holdings[lab, now]))
+
+
+def clear_round(
+    world: World,
+    book: Book,
+    coalitions: CoalitionBook,
+    graph: InteractionGraph,
+    entries: list[BidEntry],
+    mechanism: Mechanism,
+    now: int,
+    priority: np.ndarray,
+    lottery_rng: np.random.Generator,
+    judge: Judge | None = None,
+    judge_history: JudgeHistory | None = None,
+) -> RoundResult:
+    # one canonical row order (labs by index, then coalitions by id), so that payments, budgets
+    # and revenue come out bit-identical whatever order the caller listed the bids in
+    entries = sorted(entries, key=lambda e: (e.coalition_id is not None, e.coalition_id or "", e.lab))
+    reserve = max(mechanism.reserve_price, float(world.energy_floor[now]))
+    capacity = int(world.capacity[now])
+    pool = int(np.floor(capacity * mechanism.judge_pool_share + 1e-9))
+    verdicts: list[Verdict] = []
+    granted = 0
+    if pool > 0 and book.pitches:
+        verdicts = allocate_judge_pool(book.pitches, world.labs, pool, now, float(world.reliability[now]),
+                                       judge, judge_history)
+        for v in verdicts:
+            issue_blocks(world, v.lab, now, v.granted)
+            granted += v.granted
+            if v.false_claims:  # a false claim to the committee costs reputation
+                lab = world.labs[v.lab]
+                lab.reputation = max(0.0, lab.reputation - FALSE_CLAIM_REPUTATION_LOSS)
+    needs = {e.lab: true_need(world, e.lab, now) for e in entries if e.coalition_id is None}
+    # a member may have left after the leader bid: a coalition bids only what its pool can pay
+    entries = [e if e.coalition_id is None else BidEntry(e.lab, _affordable(e.bids, coalitions.coalitions[e.coalition_id].pool), e.coalition_id)
+               for e in entries]
+    auctioned = capacity - granted
+    width = max((len(e.bids) for e in entries), default=0)
+    matrix = np.full((len(entries), max(width, 1)), -1.0)
+    for row, entry in enumerate(entries):
+        matrix[row, : len(entry.bids)] = entry.bids
+    row_priority = np.array([priority[e.lab] for e in entries], dtype=np.int64)
+    result = RoundResult(now, mechanism, reserve, capacity, auctioned, reserve, 0, 0.0, entries, verdicts=verdicts)
+    if entries:
+        outcome = clear(matrix, auctioned, mechanism.auction_type, reserve, row_priority, lottery_rng)
+        result.price = float(outcome.price)
+        for row, entry in enumerate(entries):
+            blocks, payment = int(outcome.alloc[row]), float(outcome.payments[row])
+            result.sold += blocks
+            result.revenue += payment
+            if entry.coalition_id is None:
+                pay_for_blocks(world, entry.lab, now, blocks, payment)
+                result.won[entry.lab] = result.won.get(entry.lab, 0) + blocks
+                result.paid[entry.lab] = result.paid.get(entry.lab, 0.0) + payment
+            else:
+                coalition = coalitions.coalitions[entry.coalition_id]
+                for member, share in charge_pool(world, coalition, payment).items():
+                    result.paid[member] = result.paid.get(member, 0.0) + share
+                for member, got in split_blocks(coalition, blocks).items():
+                    issue_blocks(world, member, now, got)
+                    result.won[member] = result.won.get(member, 0) + got
+        if mechanism.shill_penalty > 0:
+            for row, entry in enumerate(entries):
+                if entry.coalition_id is not None:
+                    continue
+                need = needs[entry.lab]
+                won = int(outcome.alloc[row])
+                flagged = max(0, won - need)
+                sets_price = outcome.price_setter == row and won >= need and len(entry.bids) > won
+                flagged += int(sets_price)
+                if flagged:
+                    result.shill[entry.lab] = pay_operator(world, entry.lab, mechanism.shill_penalty * flagged)
+    # collusion: the graph sees every lab's bidding, including through coalition rows
+    n = len(world.labs)
+    bid_units = np.zeros(n, dtype=np.int64)
+    bid_max = np.zeros(n)
+    for entry in entries:
+        bid_units[entry.lab] += len(entry.bids)
+        if entry.bids:
+            bid_max[entry.lab] = max(bid_max[entry.lab], entry.bids[0])
+    won_units = np.array([result.won.get(i, 0) for i in range(n)], dtype=np.int64)
+    active = [lab.active for lab in world.labs]
+    graph.record_round_bids(now, bid_units.tolist(), won_units.tolist(), bid_max.tolist(), reserve, active)
+    suspicions = detect_cartels(graph, now)
+    result.suspected = [(sorted(s.members), s.score) for s in suspicions]
+    if mechanism.collusion_penalty > 0 and mechanism.coalition_policy.startswith("penalize"):
+        for lab in sorted(flagged_labs(suspicions, mechanism.coalition_policy)):
+            if world.labs[lab].active:
+                result.collusion[lab] = pay_operator(world, lab, mechanism.collusion_penalty)
+    return result

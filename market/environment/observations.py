@@ -1,0 +1,295 @@
+"""Per-seat observations: pydantic models with a prompt rendering and a fixed-size vector.
+
+A seat sees its own private state, the public market view, what is addressed to it, and what the
+mechanism reveals. Nothing private to another lab (jobs, values, budgets, pool balances of
+coalitions it is not in) and never the seed. Observations are built lazily, only for the seat that
+asks, with ``model_construct`` from already-validated state (no copies of env internals).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+Phase = Literal["design", "negotiation", "bidding", "done"]
+PHASES: tuple[str, ...] = ("design", "negotiation", "bidding", "done")
+MAX_JOBS_IN_VECTOR = 4
+HOLDINGS_AHEAD = 3
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class JobView(_View):
+    job_id: str
+    size: int
+    progress: int
+    deadline: int
+    value: float
+    partial_credit: bool
+    min_reliability: float
+    status: str
+
+
+class OfferView(_View):
+    offer_id: str
+    sender: str
+    recipient: str
+    side: str
+    blocks: int
+    price: float
+    delivery_round: int
+    expires_round: int
+    status: str
+    message: str | None = None
+
+
+class ContractView(_View):
+    contract_id: str
+    seller: str
+    buyer: str
+    blocks: int
+    price: float
+    delivery_round: int
+
+
+class CoalitionView(_View):
+    coalition_id: str
+    leader: str
+    members: list[str]
+    invited: list[str]
+    purpose: str
+    split: str
+    term_end: int
+    status: str
+    pool: float | None = None  # members only
+    my_balance: float | None = None
+
+
+class MessageView(_View):
+    sender: str
+    to: str | list[str]
+    text: str
+    round: int
+
+
+class PitchView(_View):
+    lab: str
+    text: str
+    blocks_requested: int
+    counters: list[str]
+
+
+class ShockView(_View):
+    kind: str
+    round: int
+    duration: int
+    magnitude: float
+    target: str | None
+    public: bool
+
+
+class MarketResultView(_View):
+    """Last round's clearing, as far as the mechanism reveals it."""
+
+    round: int
+    auction_type: str
+    blocks_sold: int
+    clearing_price: float | None = None
+    reserve: float | None = None
+    winners: dict[str, int] | None = None
+    competing_bids: list[list[float]] | None = None  # anonymised unless winners are revealed
+    bid_distribution: dict[str, float] | None = None
+    my_won: int = 0
+    my_paid: float = 0.0
+    judge_grants: dict[str, int] | None = None
+
+
+class MechanismView(_View):
+    auction_type: str
+    reserve_price: float | None  # None when the reserve is hidden
+    reveal_reserve: bool
+    reveal_competing_bids: bool
+    reveal_winner_identity: bool
+    reveal_clearing_price: bool
+    reveal_bid_distribution: bool
+    shill_penalty: float
+    withdrawal_penalty: float
+    collusion_penalty: float
+    coalition_policy: str
+    judge_pool_share: float
+
+
+class DesignerStats(_View):
+    """Market-health signals the operator sees (aggregates only, no lab's private state)."""
+
+    welfare_ratio: list[float]
+    fairness: list[float]
+    participation: list[float]
+    stability: list[float]
+    revenue: list[float]
+    prices: list[float]
+    suspected_cartels: int
+    active_labs: int
+
+
+class Observation(BaseModel):
+    """What one seat sees when it is its turn."""
+
+    model_config = ConfigDict(frozen=True)
+    # PettingZoo's api_test compares space.dtype with observation.dtype; this is a structured object.
+    dtype: ClassVar[None] = None
+
+    seat: str
+    role: Literal["designer", "bidder"]
+    round: int
+    rounds_total: int
+    value_unit: float  # credits per reward unit (public scenario constant; scales the vector)
+    phase: Phase
+    legal_actions: list[str]
+    mechanism: MechanismView
+    capacity: int
+    reliability: float
+    energy_floor: float
+    active_labs: list[str]
+    reputations: dict[str, float]
+    public_coalitions: list[CoalitionView]
+    messages: list[MessageView]
+    pitches: list[PitchView]
+    shocks: list[ShockView]
+    price_history: list[float | None]
+    last_result: MarketResultView | None = None
+    # private to the seat (bidders)
+    budget: float | None = None
+    reputation: float | None = None
+    holdings: list[int] | None = None  # blocks owned for rounds round, round+1, ...
+    jobs: list[JobView] | None = None
+    offers_received: list[OfferView] | None = None
+    offers_sent: list[OfferView] | None = None
+    contracts: list[ContractView] | None = None
+    coalitions: list[CoalitionView] | None = None
+    # the designer's market view
+    designer_stats: DesignerStats | None = None
+
+    def to_prompt(self) -> str:
+        """A compact text rendering for LLM seats (JSON sections with short headings)."""
+
+        def dump(value: Any) -> str:
+            if isinstance(value, BaseModel):
+                value = value.model_dump(exclude_none=True)
+            elif isinstance(value, list):
+                value = [v.model_dump(exclude_none=True) if isinstance(v, BaseModel) else v for v in value]
+            return json.dumps(value, separators=(",", ":"))
+
+        lines = [
+            f"You are {self.seat} ({self.role}) in a GPU capacity market. Round {self.round} "
+            f"(rounds are numbered 0..{self.rounds_total - 1}; deadlines and deliveries use these numbers), "
+            f"phase: {self.phase}.",
+            f"Legal action types now: {', '.join(self.legal_actions)}.",
+            f"Mechanism in force: {dump(self.mechanism)}",
+            f"This round: {self.capacity} blocks released, block reliability {self.reliability:.2f}, "
+            f"operator floor price {self.energy_floor:g}. Active labs: {', '.join(self.active_labs)}.",
+            f"Reputations: {dump(self.reputations)}",
+        ]
+        if self.role == "bidder":
+            lines += [
+                f"Your budget: {self.budget:.2f} credits. Your reputation: {self.reputation:.3f}.",
+                f"Blocks you own for rounds {self.round}, {self.round + 1}, ...: {self.holdings}",
+                f"Your jobs: {dump(self.jobs or [])}",
+                f"Offers to you: {dump(self.offers_received or [])}",
+                f"Your open offers: {dump(self.offers_sent or [])}",
+                f"Your forward contracts: {dump(self.contracts or [])}",
+                f"Your coalitions and invitations: {dump(self.coalitions or [])}",
+            ]
+        if self.designer_stats is not None:
+            lines.append(f"Market health so far: {dump(self.designer_stats)}")
+        if self.last_result is not None:
+            lines.append(f"Last clearing: {dump(self.last_result)}")
+        if self.public_coalitions:
+            lines.append(f"Declared coalitions: {dump(self.public_coalitions)}")
+        if self.shocks:
+            lines.append(f"Shocks you know of: {dump(self.shocks)}")
+        if self.messages:
+            lines.append(f"Messages: {dump(self.messages[-10:])}")
+        if self.pitches:
+            lines.append(f"Pitches to the judge this round: {dump(self.pitches)}")
+        lines.append('Reply with one JSON action object, e.g. {"action_type": "wait"}.')
+        return "\n".join(lines)
+
+    def to_vector(self) -> np.ndarray:
+        """A fixed-size float32 vector (``vector_size()`` entries) for RL policies."""
+        return observation_vector(self, self.value_unit)
+
+
+def fast_model(cls: type[BaseModel], /, **fields: Any) -> Any:
+    """Build a model from trusted env state without validation (3x faster than model_construct).
+
+    The env's state is validated where it enters (actions, scenarios); observations are built on
+    every turn, so this skips re-validating it. Missing fields take their declared defaults.
+    """
+    cached = _DEFAULTS.get(cls)
+    if cached is None:
+        fields_info = cls.model_fields
+        cached = _DEFAULTS[cls] = (
+            {name: f.default for name, f in fields_info.items() if not f.is_required()},
+            len(fields_info),
+        )
+    data = {**cached[0], **fields} if len(fields) < cached[1] else fields
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", data)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
+_DEFAULTS: dict[type[BaseModel], tuple[dict[str, Any], int]] = {}
+
+
+def vector_size() -> int:
+    return 10 + 3 + HOLDINGS_AHEAD + 5 * MAX_JOBS_IN_VECTOR + 3 + 5
+
+
+def observation_vector(obs: Observation, value_unit: float = 100.0) -> np.ndarray:
+    v = np.zeros(vector_size(), dtype=np.float32)
+    v[0] = obs.role == "designer"
+    v[1] = obs.round / max(1, obs.rounds_total)
+    v[2 + PHASES.index(obs.phase)] = 1.0
+    v[6] = obs.capacity / 10.0
+    v[7] = obs.reliability
+    reserve = obs.mechanism.reserve_price
+    v[8] = -1.0 if reserve is None else reserve / value_unit
+    v[9] = (obs.price_history[-1] or 0.0) / value_unit if obs.price_history else 0.0
+    k = 10
+    if obs.role == "bidder":
+        v[k] = (obs.budget or 0.0) / value_unit
+        v[k + 1] = obs.reputation or 0.0
+        v[k + 2] = len(obs.offers_received or [])
+        k += 3
+        for i, h in enumerate((obs.holdings or [])[:HOLDINGS_AHEAD]):
+            v[k + i] = h / 10.0
+        k += HOLDINGS_AHEAD
+        live = [j for j in (obs.jobs or []) if j.status == "active"]
+        live.sort(key=lambda j: (j.deadline, -j.value))
+        for job in live[:MAX_JOBS_IN_VECTOR]:
+            v[k] = (job.size - job.progress) / 10.0
+            v[k + 1] = (job.deadline - obs.round + 1) / max(1, obs.rounds_total)
+            v[k + 2] = job.value / job.size / value_unit
+            v[k + 3] = job.partial_credit
+            v[k + 4] = job.min_reliability <= obs.reliability
+            k += 5
+        k = 10 + 3 + HOLDINGS_AHEAD + 5 * MAX_JOBS_IN_VECTOR
+        v[k] = len(obs.coalitions or [])
+        v[k + 1] = len(obs.contracts or [])
+        v[k + 2] = len(obs.active_labs) / 10.0
+    stats = obs.designer_stats
+    k = vector_size() - 5
+    if stats is not None:
+        for i, series in enumerate((stats.welfare_ratio, stats.fairness, stats.participation, stats.stability)):
+            v[k + i] = series[-1] if series else 1.0
+        v[k + 4] = stats.suspected_cartels
+    return v

@@ -1,0 +1,665 @@
+"""Replay a transcript: re-execute its recorded actions and verify the episode bit for bit.
+
+A fresh :class:`~market.environment.aec.raw_env` is built from the header's fully resolved scenario
+and reset with its seed; every recorded action (for LLM seats, the action the env received from
+the recorded model output, so no model or network is needed) is fed back in order. After each
+step the replay compares, exactly (floats by ``repr``): the seat and phase, the env's ``info``
+(action, result, error), every seat's reward and reward components, the state digest, and each
+round summary; at the end the footer's totals. The first difference is reported with its step,
+seat, line and field.
+
+``rejudge`` replays the same way while asking a second judge to score every round's pitches on the
+identical state, and reports how the verdicts would change (the episode itself is not altered).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import inspect
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from market.record.transcript import (
+    Footer,
+    RoundSummary,
+    StepEvent,
+    Transcript,
+    TranscriptError,
+    decode_action,
+    jsonable,
+    read_transcript,
+)
+
+
+@dataclass
+class Mismatch:
+    """The first place where the replay differs from the recording."""
+
+    step: int | None
+    line: int
+    seat: str | None
+    field: str
+    expected: Any
+    actual: Any
+
+    def describe(self) -> str:
+        where = f"step {self.step}" if self.step is not None else "end of episode"
+        who = f" ({self.seat})" if self.seat else ""
+
+        def short(v: Any) -> str:
+            text = repr(v)
+            return text if len(text) <= 160 else text[:157] + "..."
+
+        return (
+            f"{where}{who}, line {self.line}: field '{self.field}' differs: "
+            f"recorded {short(self.expected)}, replay gives {short(self.actual)}"
+        )
+
+
+@dataclass
+class ReplayReport:
+    path: str | None
+    scenario: str
+    seed: int
+    steps_recorded: int
+    steps_checked: int = 0
+    rounds_checked: int = 0
+    digests_checked: int = 0
+    partial: bool = False
+    mismatch: Mismatch | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    round_log: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatch is None
+
+    def describe(self) -> str:
+        head = f"{self.path or 'transcript'}: {self.scenario} seed {self.seed}: "
+        if self.mismatch is not None:
+            return head + f"REPLAY DIVERGES at {self.mismatch.describe()}"
+        scope = "partial replay of the complete steps" if self.partial else "replay exact"
+        return head + (
+            f"{scope}: {self.steps_checked} steps, {self.rounds_checked} round summaries, "
+            f"{self.digests_checked} state digests verified ({self.seconds:.2f}s)"
+        )
+
+
+def first_difference(expected: Any, actual: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """(path, expected, actual) of the first difference between two JSON values, or None.
+
+    Strict: types must match and floats must be equal by ``repr`` (so -0.0 != 0.0, NaN == NaN).
+    """
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(set(expected) | set(actual)):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in expected or key not in actual:
+                return sub, expected.get(key, "<absent>"), actual.get(key, "<absent>")
+            diff = first_difference(expected[key], actual[key], sub)
+            if diff is not None:
+                return diff
+        return None
+    if isinstance(expected, list) and isinstance(actual, list):
+        for k, (e, a) in enumerate(zip(expected, actual, strict=False)):
+            diff = first_difference(e, a, f"{path}[{k}]")
+            if diff is not None:
+                return diff
+        if len(expected) != len(actual):
+            return f"{path} (length)", len(expected), len(actual)
+        return None
+    if type(expected) is not type(actual) or repr(expected) != repr(actual):
+        return path or "(value)", expected, actual
+    return None
+
+
+def _scenario(t: Transcript) -> Any:
+    from scenarios.schema import Scenario
+
+    try:
+        return Scenario.model_validate(t.header.scenario)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise TranscriptError(
+            f"the recorded scenario is not valid for this gpumarket (key '{loc}': "
+            f"{err['msg']}); it was recorded by gpumarket {t.header.package_version}"
+        ) from None
+
+
+def _obs_digest(obs: Any) -> str:
+    data = obs.model_dump_json() if isinstance(obs, BaseModel) else repr(obs)
+    return hashlib.sha256(data.encode("utf-8", errors="replace")).hexdigest()[:16]
+
+
+def rebuild_env(t: Transcript) -> tuple[Any, bool]:
+    """A fresh env reset to the recorded episode's start: the header's resolved scenario and seed.
+    An LLM judge is replaced by its recorded verdicts (no model is called); the flag says so."""
+    from market.environment.aec import raw_env
+
+    h = t.header
+    scenario = _scenario(t)
+    recorded_judge = not str(getattr(scenario, "judge", "rule")).startswith("rule")
+    if recorded_judge:
+        scenario = scenario.model_copy(update={"judge": "rule"})
+    try:
+        env = raw_env(scenario)
+        env.reset(seed=h.seed)
+    except Exception as exc:  # e.g. a seed this gpumarket cannot use
+        raise TranscriptError(
+            f"{t.path or 'transcript'}: cannot rebuild the recorded episode (scenario "
+            f"{h.scenario_name!r}, seed {h.seed}): {type(exc).__name__}: {exc}"
+        ) from None
+    if recorded_judge:
+        env.judge = RecordedJudge(t.rounds)
+    return env, recorded_judge
+
+
+def _load(source: Transcript | str | Path, partial: bool, verify: bool) -> Transcript:
+    t = source if isinstance(source, Transcript) else read_transcript(source, verify=verify)
+    if not t.complete and not partial:
+        raise TranscriptError(
+            f"{t.path or 'transcript'}: {t.incomplete}; pass --partial to replay the complete steps"
+        )
+    return t
+
+
+def replay(
+    source: Transcript | str | Path,
+    *,
+    partial: bool = False,
+    verify: bool = True,
+    check_observations: bool = True,
+    on_round: Callable[[Any, RoundSummary], None] | None = None,
+) -> ReplayReport:
+    """Replay a transcript and verify it (see the module docstring).
+
+    Raises :class:`~market.record.transcript.TranscriptError` when the file cannot be used (unreadable,
+    edited, newer schema, or incomplete without ``partial``); a divergence is not an exception
+    but ``report.mismatch``.
+    """
+    from market.run.rollout import _Tally
+
+    began = time.perf_counter()
+    t = _load(source, partial, verify)
+    h = t.header
+    env, recorded_judge = rebuild_env(t)
+    report = ReplayReport(
+        path=str(t.path) if t.path else None,
+        scenario=h.scenario_name,
+        seed=h.seed,
+        steps_recorded=len(t.steps),
+        partial=not t.complete,
+        notes=list(t.notes),
+    )
+    if t.incomplete:
+        report.notes.append(t.incomplete)
+    if recorded_judge:
+        report.notes.append(
+            f"judge {h.judge}: its recorded verdicts were replayed (no model called)"
+        )
+    tally = _Tally()
+    obs_cache: dict[str, tuple[Any, str]] = {}
+    rounds = 0
+
+    def fail(
+        line: int, ev: StepEvent | None, name: str, expected: Any, actual: Any
+    ) -> ReplayReport:
+        report.mismatch = Mismatch(
+            ev.i if ev else None, line, ev.seat if ev else None, name, expected, actual
+        )
+        report.seconds = time.perf_counter() - began
+        report.round_log = env.round_log
+        return report
+
+    for line, rec in t.records[1:]:
+        if isinstance(rec, StepEvent):
+            ev = rec
+            if not env.agents:
+                return fail(line, ev, "seat", ev.seat, "<episode already over>")
+            seat = env.agent_selection
+            for name, live_value in (("seat", seat), ("round", env.round), ("phase", env.phase)):
+                if getattr(ev, name) != live_value:
+                    return fail(line, ev, name, getattr(ev, name), live_value)
+            obs, reward, terminated, truncated, info = env.last()
+            tally.observe(seat, reward, info)
+            live = not (terminated or truncated)
+            if live != ev.live:
+                return fail(line, ev, "live", ev.live, live)
+            if check_observations and live and ev.obs_digest is not None:
+                cached = obs_cache.get(seat)
+                digest = cached[1] if cached is not None and cached[0] is obs else _obs_digest(obs)
+                obs_cache[seat] = (obs, digest)
+                if digest != ev.obs_digest:
+                    return fail(line, ev, "obs_digest", ev.obs_digest, digest)
+            try:
+                env.step(decode_action(ev.action_kind, ev.action))
+            except Exception as exc:  # the env must never raise on an action: report it
+                return fail(line, ev, "env.step", "no exception", f"{type(exc).__name__}: {exc}")
+            tally.steps += 1
+            got = env.infos.get(seat, {}) if live else {}
+            recorded_info = ev.info.model_dump(exclude_none=True)
+            live_info = {k: jsonable(got[k]) for k in ("action", "result", "error") if k in got}
+            if ev.action_kind == "opaque":  # only *that* it failed can be checked
+                if "error" not in live_info:
+                    return fail(line, ev, "info.error", recorded_info.get("error"), None)
+                live_info["error"] = recorded_info.get("error")
+            diff = first_difference(recorded_info, live_info, "info")
+            if diff is not None:
+                return fail(line, ev, *diff)
+            rewards = {a: r for a, r in env.rewards.items() if r != 0.0}
+            diff = first_difference(ev.rewards, jsonable(rewards), "rewards")
+            if diff is not None:
+                return fail(line, ev, *diff)
+            components = {
+                a: jsonable(env.infos.get(a, {}).get("reward_components", {})) for a in rewards
+            }
+            diff = first_difference(ev.components, components, "components")
+            if diff is not None:
+                return fail(line, ev, *diff)
+            if ev.state_digest is not None:
+                digest = env.state_digest()
+                if digest != ev.state_digest:
+                    return fail(line, ev, "state_digest", ev.state_digest, digest)
+                report.digests_checked += 1
+            report.steps_checked += 1
+        elif isinstance(rec, RoundSummary):
+            step_ev = t.steps[rec.i] if 0 <= rec.i < len(t.steps) else None
+            if rounds >= len(env.round_log):
+                return fail(
+                    line, step_ev, f"round_summary[{rec.round}]", rec.summary, "<round not closed>"
+                )
+            diff = first_difference(
+                rec.summary, jsonable(env.round_log[rounds]), f"round_summary[{rec.round}]"
+            )
+            if diff is not None:
+                return fail(line, step_ev, *diff)
+            if on_round is not None:
+                on_round(env, rec)
+            rounds += 1
+            report.rounds_checked += 1
+        elif isinstance(rec, Footer) and rec.status == "complete":
+            if env.agents:
+                return fail(
+                    line,
+                    None,
+                    "footer.steps",
+                    rec.steps,
+                    f"more steps: seats {env.agents} still to play",
+                )
+            if rounds != len(env.round_log):
+                return fail(line, None, "footer.rounds", rounds, len(env.round_log))
+            if rec.steps != tally.steps:
+                return fail(line, None, "footer.steps", rec.steps, tally.steps)
+            returns = {s: tally.returns.get(s, 0.0) for s in t.header.seats}
+            diff = first_difference(rec.returns, jsonable(returns), "footer.returns")
+            if diff is not None:
+                return fail(line, None, *diff)
+            invalid = {s: tally.invalid.get(s, 0) for s in t.header.seats}
+            diff = first_difference(rec.invalid_actions, invalid, "footer.invalid_actions")
+            if diff is not None:
+                return fail(line, None, *diff)
+    report.seconds = time.perf_counter() - began
+    report.round_log = env.round_log
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# re-recording (golden files) and re-judging
+# ---------------------------------------------------------------------------------------------
+def rerecord(path: str | Path, out: str | Path | None = None) -> tuple[Path, Any]:
+    """Record the transcript's episode afresh (same seed and seat specs) over ``out`` (default: in
+    place). A built-in scenario is taken from the current built-in file, so ``replay --update``
+    also picks up deliberate scenario changes; other scenarios from the recorded header.
+    Returns (path, EpisodeResult)."""
+    from market.run.rollout import run_episode
+    from scenarios import builtin_names, load_scenario
+
+    path = Path(path)
+    t = read_transcript(path, verify=False)
+    h = t.header
+    bad = [s for s, spec in h.seats.items() if not spec.rebuildable]
+    if bad:
+        raise TranscriptError(
+            f"{path}: seats {', '.join(bad)} were agent objects, not spec strings: "
+            "they cannot be rebuilt to re-record this episode"
+        )
+    if any(spec.kind == "llm" for spec in h.seats.values()):
+        raise TranscriptError(
+            f"{path}: has LLM seats; re-recording would query the models again "
+            "(record it with 'gpumarket run' instead)"
+        )
+    scenario = (
+        load_scenario(h.scenario_name) if h.scenario_name in builtin_names() else _scenario(t)
+    )
+    target = Path(out) if out is not None else path
+    tmp = target.with_name(target.name + ".new.jsonl")
+    try:
+        result = run_episode(
+            scenario,
+            h.seed,
+            {s: spec.spec for s, spec in h.seats.items()},
+            transcript=tmp,
+            digest_every=h.digest_every,
+        )
+    except ValueError as exc:  # an agent spec or scenario this gpumarket no longer knows
+        tmp.unlink(missing_ok=True)
+        raise TranscriptError(f"{path}: cannot re-record: {exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(target)
+    result.transcript = str(target)
+    return target, result
+
+
+def builtin_drift(t: Transcript) -> str | None:
+    """If the transcript's scenario is a built-in whose current file differs from the recorded
+    resolved scenario, a message naming the first differing key; else None."""
+    from scenarios import builtin_names, load_scenario
+    from scenarios.schema import RUN_ONLY_KEYS
+
+    name = t.header.scenario_name
+    if name not in builtin_names():
+        return None
+    current = jsonable(load_scenario(name).model_dump(mode="json", exclude=RUN_ONLY_KEYS))
+    # keys such as agent_timeout say how the episode was run, not what it is
+    recorded = {k: v for k, v in t.header.scenario.items() if k not in RUN_ONLY_KEYS}
+    diff = first_difference(recorded, current, "scenario")
+    if diff is None:
+        return None
+    return (
+        f"built-in scenario {name!r} changed since this transcript was recorded ({diff[0]}: "
+        f"recorded {diff[1]!r}, now {diff[2]!r}); re-record with 'gpumarket replay --update'"
+    )
+
+
+def _num(x: Any) -> float:
+    if isinstance(x, str):
+        return float({"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}.get(x, x))
+    return float(x)
+
+
+class RecordedJudge:
+    """Plays back the verdicts of a transcript's round summaries (for LLM judges on replay)."""
+
+    kind = "recorded"
+    version = "recorded"
+    model: str | None = None
+
+    def __init__(self, rounds: list[RoundSummary]) -> None:
+        self._verdicts = {
+            (r.round, str(v.get("lab"))): v
+            for r in rounds
+            for v in r.summary.get("judge", [])
+            if isinstance(v, dict)
+        }
+
+    def describe(self) -> str:
+        return "recorded verdicts"
+
+    def score(self, pitch: Any, lab: Any, context: Any) -> Any:
+        from market.core.judge import Verdict
+
+        v = self._verdicts.get((context.round, lab.seat))
+        if v is None:
+            return Verdict(
+                lab=lab.index,
+                scores={},
+                total=0.0,
+                granted=0,
+                rationale="replay: no recorded verdict for this pitch",
+            )
+        fields = {
+            "lab": lab.index,
+            "scores": {k: _num(x) for k, x in (v.get("scores") or {}).items()},
+            "total": _num(v.get("score", 0.0)),
+            "granted": 0,
+            "rationale": v.get("rationale", ""),
+            "kind": v.get("judge", "llm"),
+            "version": v.get("version", "?"),
+            "model": v.get("model"),
+            "claims_checked": tuple(v.get("claims_checked", ())),
+            "false_claims": tuple(v.get("false_claims", ())),
+            "requested": int(v.get("requested", 0)),
+            "cached": bool(v.get("cached", False)),
+        }
+        known = set(getattr(Verdict, "__dataclass_fields__", fields))
+        return Verdict(**{k: x for k, x in fields.items() if k in known})
+
+
+def load_judge(spec: str) -> Any:
+    """A judge object (with ``score(pitch, lab, context)``): any spec
+    :func:`market.core.judge.make_judge` accepts (``rule``, ``llm:openai?model=...``), or
+    ``py:module:attr`` naming a judge object, class or zero-argument factory."""
+    if spec.startswith("py:"):
+        module, _, attr = spec[3:].partition(":")
+        try:
+            obj: Any = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise TranscriptError(
+                f"--rejudge {spec}: cannot import: {exc} (is it installed or on PYTHONPATH?)"
+            ) from None
+        if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "score")):
+            obj = obj()
+    else:
+        from market.core.judge import make_judge
+
+        try:
+            obj = make_judge(spec)
+        except Exception as exc:
+            raise TranscriptError(f"--rejudge {spec}: {exc}") from None
+    if not callable(getattr(obj, "score", None)):
+        raise TranscriptError(f"--rejudge {spec}: {obj!r} has no score(pitch, lab, context) method")
+    return obj
+
+
+@contextlib.contextmanager
+def _shadow_judge(other: Any, sink: list[tuple[list[Any], Any]]) -> Iterator[None]:
+    """Each time the market allocates the judge pool, also allocates it with ``other`` (and its
+    own committee record) on the identical state; the market keeps the original verdicts.
+    Collects (original verdicts, other's verdicts or the exception it raised)."""
+    from market.core import settlement
+    from market.core.judge import JudgeHistory
+
+    original = settlement.allocate_judge_pool
+    signature = inspect.signature(original)
+    if not {"judge", "history"} <= set(signature.parameters):
+        raise TranscriptError(
+            "--rejudge: this gpumarket's allocate_judge_pool takes no judge/history"
+        )
+    history = JudgeHistory()
+
+    def both(*args: Any, **kwargs: Any) -> Any:
+        verdicts = original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["judge"], bound.arguments["history"] = other, history
+        try:
+            alt: Any = original(*bound.args, **bound.kwargs)
+        except Exception as exc:  # a failing judge is reported, never fatal
+            alt = exc
+        sink.append((list(verdicts), alt))
+        return verdicts
+
+    settlement.allocate_judge_pool = both
+    try:
+        yield
+    finally:
+        settlement.allocate_judge_pool = original
+
+
+@dataclass
+class RejudgeReport:
+    replay: ReplayReport
+    judge: str
+    rounds: list[dict[str, Any]]  # per judged round: lab -> (old, new) score and grant
+
+    @property
+    def changed(self) -> int:
+        return sum(
+            1 for r in self.rounds for v in r["verdicts"] if v["granted"][0] != v["granted"][1]
+        )
+
+
+def rejudge(source: Transcript | str | Path, spec: str, *, partial: bool = False) -> RejudgeReport:
+    """Replay ``source`` exactly while judging every round's pitches again with ``spec``."""
+    other = load_judge(spec)
+    calls: list[tuple[list[Any], Any]] = []
+    per_round: list[dict[str, Any]] = []
+
+    def on_round(env: Any, rec: RoundSummary) -> None:
+        if not calls:
+            return
+        old, new = calls[-1]
+        calls.clear()
+        if isinstance(new, Exception):
+            error = f"{type(new).__name__}: {new}"
+            per_round.append({"round": rec.round, "error": error, "verdicts": []})
+            return
+        new_by_lab = {v.lab: v for v in new}
+        rows = []
+        for v in sorted(old, key=lambda v: v.lab):
+            n = new_by_lab.pop(v.lab, None)
+            rows.append(
+                {
+                    "lab": f"bidder_{v.lab}",
+                    "score": (v.total, n.total if n else None),
+                    "granted": (v.granted, n.granted if n else 0),
+                    "false_claims": (list(v.false_claims), list(n.false_claims) if n else []),
+                    "rationale": (v.rationale, n.rationale if n else None),
+                }
+            )
+        for lab, n in sorted(new_by_lab.items()):
+            rows.append(
+                {
+                    "lab": f"bidder_{lab}",
+                    "score": (None, n.total),
+                    "granted": (0, n.granted),
+                    "false_claims": ([], list(n.false_claims)),
+                    "rationale": (None, n.rationale),
+                }
+            )
+        per_round.append({"round": rec.round, "verdicts": rows})
+
+    with _shadow_judge(other, calls):
+        report = replay(source, partial=partial, on_round=on_round)
+    return RejudgeReport(report, spec, per_round)
+
+
+# ---------------------------------------------------------------------------------------------
+# the `gpumarket replay` command
+# ---------------------------------------------------------------------------------------------
+def _replay_files(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir() and (p / "run.json").is_file() and (p / "transcripts").is_dir():
+            p = p / "transcripts"  # a run folder (market.run.runner): its transcripts
+        if p.is_dir():
+            files += sorted(p.glob("*.jsonl"), key=lambda f: (len(f.stem), f.stem))
+        else:
+            files.append(p)
+    return files
+
+
+def run_cli(args: Any) -> int:
+    """``gpumarket replay``: 0 all exact, 1 a replay diverged, 2 a file could not be used."""
+    import sys
+
+    files = _replay_files(args.files)
+    if not files:
+        where = ", ".join(map(str, args.files))
+        print(f"gpumarket replay: no *.jsonl transcripts in {where}", file=sys.stderr)
+        return 2
+    status = 0
+    for path in files:
+        rj: RejudgeReport | None = None
+        try:
+            if args.update:
+                target, result = rerecord(path)
+                print(f"re-recorded {target}: {result.steps} steps")
+            t = read_transcript(path, verify=not args.ignore_digests)
+            if args.rejudge:
+                rj = rejudge(t, args.rejudge, partial=args.partial)
+                report = rj.replay
+            else:
+                report = replay(t, partial=args.partial)
+        except TranscriptError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = max(status, 2)
+            continue
+        for note in report.notes:
+            print(f"note: {note}")
+        drift = builtin_drift(t)
+        if drift:
+            print(f"note: {drift}")
+        print(report.describe())
+        if args.rounds:
+            print_rounds(report.round_log)
+        if rj is not None:
+            print_rejudge(rj)
+        if not report.ok:
+            status = max(status, 1)
+    return status
+
+
+def print_rounds(round_log: list[dict[str, Any]]) -> None:
+    """A terminal table of the rounds: mechanism, clearing, welfare, judge grants, shocks."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="rounds")
+    for col in (
+        "round",
+        "mechanism",
+        "reserve",
+        "price",
+        "sold",
+        "revenue",
+        "welfare",
+        "grants",
+        "shocks",
+    ):
+        table.add_column(col)
+    for r in round_log:
+        grants = [f"{v['lab']}:{v['granted']}" for v in r.get("judge", []) if v.get("granted")]
+        table.add_row(
+            str(r["round"]),
+            str(r["mechanism"].get("auction_type")),
+            f"{r['reserve']:.2f}",
+            f"{r['price']:.2f}",
+            str(r["sold"]),
+            f"{r['revenue']:.2f}",
+            f"{r['designer'].get('welfare_ratio', float('nan')):.3f}",
+            ", ".join(grants) or "-",
+            str(len(r.get("shocks", []))),
+        )
+    Console().print(table)
+
+
+def print_rejudge(rj: RejudgeReport) -> None:
+    """Per judged round and lab: old -> new score and grant (``*`` marks a changed grant)."""
+
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    print(
+        f"rejudge with {rj.judge}: {len(rj.rounds)} judged round(s), {rj.changed} grant(s) change"
+    )
+    for r in rj.rounds:
+        if "error" in r:
+            print(f"  round {r['round']}: the judge failed: {r['error']}")
+            continue
+        for v in r["verdicts"]:
+            (s0, s1), (g0, g1) = v["score"], v["granted"]
+            mark = "  " if g0 == g1 else "* "
+            print(
+                f"  {mark}round {r['round']} {v['lab']}: score {fmt(s0)} -> {fmt(s1)}, "
+                f"granted {g0} -> {g1}"
+            )

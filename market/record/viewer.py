@@ -1,0 +1,362 @@
+"""A transcript in the terminal, round by round (``gpumarket show FILE [--round N]``).
+
+``render_transcript("run/ep0.jsonl", Console())`` prints the header (scenario, seed, seats), then
+for each round: the mechanism and clearing, bids / allocations / payments, shocks, judge verdicts
+with rationales, suspected cartels, every seat's reward components in that round and the round's
+actions (messages, pitches, offers, bids, LLM output), then the episode totals.
+
+Transcript text is untrusted: it is always printed as plain :class:`rich.text.Text` (never as
+rich markup), with terminal control characters (ESC sequences and the like) and bidirectional
+overrides shown as visible ``\\x1b``-style escapes, so model output cannot restyle, move the
+cursor of, or retitle the reader's terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from market.record.report import (
+    Episode,
+    Event,
+    action_summary,
+    clean_text,
+    clip,
+    episode_from,
+    fmt,
+    interaction_counts,
+    quiet,
+    round_components,
+)
+
+# C0/C1 controls except tab and newline, DEL, and bidi embeddings/overrides/isolates
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe_text(value: Any, style: str = "", limit: int | None = None) -> Text:
+    """Transcript text for the terminal: controls made visible, never parsed as markup."""
+    text = clean_text(value)
+    if limit is not None:
+        text = clip(text, limit)
+    return Text(
+        _UNSAFE.sub(
+            lambda m: (
+                f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
+            ),
+            text,
+        ),
+        style=style,
+    )
+
+
+def _table(
+    title: str, *columns: str, numeric: tuple[int, ...] = (), wide: dict[int, int] | None = None
+) -> Table:
+    """A table; ``wide`` maps column index -> share of the spare width (the table then expands)."""
+    wide = wide or {}
+    table = Table(title=title, title_justify="left", title_style="bold", expand=bool(wide))
+    for i, col in enumerate(columns):
+        table.add_column(
+            safe_text(col, limit=40),
+            justify="right" if i in numeric else "left",
+            overflow="fold",
+            ratio=wide.get(i),
+            no_wrap=bool(wide) and i not in wide,
+        )
+    return table
+
+
+def _row(table: Table, *cells: Any, style: str | None = None) -> None:
+    table.add_row(*(c if isinstance(c, Text) else safe_text(c) for c in cells), style=style)
+
+
+def _mapping(value: Any) -> Mapping[Any, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _header(ep: Episode) -> Panel:
+    seats = _table("", "seat", "agent", "return", numeric=(2,))
+    returns = ep.returns()
+    for seat, agent in ep.seats.items():
+        _row(seats, seat, agent, fmt(returns.get(seat), 3))
+    footer = ep.footer
+    lines = Text.assemble(
+        ("scenario ", "dim"),
+        safe_text(ep.scenario, "bold"),
+        ("   seed ", "dim"),
+        safe_text(fmt(ep.seed)),
+        ("   rounds ", "dim"),
+        str(len(ep.rounds)),
+        ("   steps ", "dim"),
+        str(len(ep.events)),
+        ("   status ", "dim"),
+        safe_text(footer.get("status", "no footer (cut off?)") if footer else "no footer"),
+    )
+    return Panel(Group(lines, seats), title=safe_text(ep.source or ep.label), title_align="left")
+
+
+def _round_view(ep: Episode, r: Mapping[str, Any], events: list[Event], show_steps: bool) -> Group:
+    rnd = r.get("round", "?")
+    mech = _mapping(r.get("mechanism"))
+    designer = _mapping(r.get("designer"))
+    parts: list[Any] = [
+        Rule(
+            safe_text(
+                f"Round {fmt(rnd)}: {clean_text(mech.get('auction_type', '?'))}, "
+                f"price {fmt(r.get('price'))}"
+            ),
+            align="left",
+        )
+    ]
+    market = _table("Market", "item", "value")
+    _row(
+        market, "mechanism", ", ".join(f"{clean_text(k)}={fmt(v)}" for k, v in mech.items()) or "-"
+    )
+    _row(market, "capacity / auctioned", f"{fmt(r.get('capacity'))} / {fmt(r.get('auctioned'))}")
+    _row(market, "reserve / clearing price", f"{fmt(r.get('reserve'))} / {fmt(r.get('price'))}")
+    _row(market, "sold / revenue", f"{fmt(r.get('sold'))} / {fmt(r.get('revenue'))}")
+    _row(
+        market,
+        "welfare allocated / optimal",
+        f"{fmt(r.get('allocated_welfare'))} / {fmt(r.get('optimal_welfare'))} "
+        f"(ratio {fmt(designer.get('welfare_ratio'), 3)})",
+    )
+    _row(
+        market,
+        "designer parts",
+        ", ".join(f"{clean_text(k)} {fmt(v, 3)}" for k, v in designer.items()) or "-",
+    )
+    parts.append(market)
+
+    bids, won, paid = _mapping(r.get("bids")), _mapping(r.get("won")), _mapping(r.get("paid"))
+    shill, collusion = _mapping(r.get("shill_penalties")), _mapping(r.get("collusion_penalties"))
+    who = list(dict.fromkeys([*bids, *won, *paid, *shill, *collusion]))
+    if who:
+        table = _table(
+            "Bids, allocations, payments",
+            "bidder",
+            "bids",
+            "won",
+            "paid",
+            "penalties",
+            numeric=(2, 3),
+        )
+        for seat in who:
+            b = bids.get(seat)
+            units = [x for x in b if isinstance(x, int | float)] if isinstance(b, list) else []
+            text = (
+                f"{len(units)}: "
+                + ", ".join(fmt(x) for x in units[:8])
+                + (" ..." if len(units) > 8 else "")
+                if units
+                else "-"
+            )
+            pen = ", ".join(
+                p
+                for p in (
+                    f"shill {fmt(shill[seat])}" if seat in shill else "",
+                    f"collusion {fmt(collusion[seat])}" if seat in collusion else "",
+                )
+                if p
+            )
+            _row(table, seat, text, fmt(won.get(seat, 0)), fmt(paid.get(seat, 0.0)), pen or "-")
+        parts.append(table)
+    shocks = r.get("shocks") or []
+    if shocks:
+        parts.append(
+            Text.assemble(
+                ("shocks: ", "bold yellow"), safe_text("; ".join(clean_text(s) for s in shocks))
+            )
+        )
+    verdicts = [v for v in r.get("judge") or [] if isinstance(v, Mapping)]
+    if verdicts:
+        table = _table(
+            "Judge verdicts", "lab", "score", "granted", "judge", "rationale", numeric=(1, 2)
+        )
+        for v in verdicts:
+            _row(
+                table,
+                v.get("lab", "?"),
+                fmt(v.get("score")),
+                fmt(v.get("granted")),
+                v.get("judge", ""),
+                safe_text(v.get("rationale", ""), limit=600),
+            )
+        parts.append(table)
+    for cartel in r.get("suspected_cartels") or []:
+        members = ", ".join(clean_text(m) for m in _mapping(cartel).get("members") or [])
+        parts.append(
+            Text.assemble(
+                ("suspected cartel: ", "bold red"),
+                safe_text(members),
+                f" (score {fmt(_mapping(cartel).get('score'), 3)})",
+            )
+        )
+    comps = round_components(ep, rnd) if isinstance(rnd, int) else {}
+    if comps:
+        names = sorted({n for c in comps.values() for n in c})
+        table = _table(
+            "Reward components this round",
+            "seat",
+            *names,
+            "total",
+            numeric=tuple(range(1, len(names) + 2)),
+        )
+        for seat in sorted(comps, key=_seat_order):
+            c = comps[seat]
+            _row(table, seat, *(fmt(c.get(n, 0.0), 3) for n in names), fmt(sum(c.values()), 3))
+        parts.append(table)
+    if show_steps and events:
+        parts.append(_events(events))
+    return Group(*parts)
+
+
+def _seat_order(seat: str) -> tuple[int, str]:
+    m = re.match(r"^(.*?)(\d{1,18})$", seat)
+    return (
+        0 if seat.startswith("designer") else 1,
+        f"{m.group(1)}{int(m.group(2)):08d}" if m else seat,
+    )
+
+
+def _events(events: list[Event]) -> Table:
+    table = _table(
+        "Actions",
+        "step",
+        "seat",
+        "phase",
+        "action",
+        "result / error",
+        "reward",
+        numeric=(0, 5),
+        wide={3: 3, 4: 2},
+    )
+    hidden = 0
+    for ev in events:
+        if quiet(ev):
+            hidden += 1
+            continue
+        if ev.error:
+            outcome = safe_text(ev.error, "red", limit=300)
+        else:
+            outcome = safe_text(_brief(ev.result), limit=160)
+        for label, text in (("agent error", ev.agent_error), ("LLM error", ev.llm_error)):
+            if text:
+                outcome.append_text(safe_text(f"\n{label}: {text}", "red", limit=300))
+        action = safe_text(action_summary(ev, 400))
+        if ev.reasoning:
+            action.append_text(safe_text(f"\nreasoning: {ev.reasoning}", "italic", limit=400))
+        if ev.raw_output is not None:
+            action.append_text(safe_text(f"\nLLM: {ev.raw_output}", "dim", limit=400))
+        reward = sum(ev.components.get(ev.seat, {}).values()) if ev.components else ev.reward
+        _row(
+            table,
+            str(ev.step),
+            ev.seat,
+            ev.phase,
+            action,
+            outcome,
+            fmt(reward, 3) if reward is not None else "",
+        )
+    if hidden:
+        table.caption = f"{hidden} wait or finished-seat step(s) not listed"
+    return table
+
+
+def _brief(value: Any) -> str:
+    if value in (None, {}):
+        return ""
+    if isinstance(value, Mapping):
+        return ", ".join(
+            f"{clean_text(k)}={_brief(v) if isinstance(v, Mapping | list) else fmt(v)}"
+            for k, v in value.items()
+        )
+    if isinstance(value, list):
+        return "[" + ", ".join(fmt(v) for v in value[:8]) + (" ..." if len(value) > 8 else "") + "]"
+    return fmt(value)
+
+
+def _totals(ep: Episode) -> Group:
+    totals = ep.totals()
+    names = sorted({n for c in totals.values() for n in c})
+    table = _table(
+        "Episode totals (reward components per seat)",
+        "seat",
+        *names,
+        "return",
+        "invalid",
+        numeric=tuple(range(1, len(names) + 3)),
+    )
+    returns, invalid = ep.returns(), ep.invalid_actions()
+    for seat in ep.seats:
+        c = totals.get(seat, {})
+        _row(
+            table,
+            seat,
+            *(fmt(c.get(n, 0.0), 3) for n in names),
+            fmt(returns.get(seat, 0.0), 3),
+            str(invalid.get(seat, 0)),
+        )
+    parts: list[Any] = [Rule("Totals", align="left"), table]
+    counts = interaction_counts(ep)
+    if counts:
+        pairs = _table(
+            "Trades, coalitions, private messages, suspected cartels",
+            "pair",
+            "trade",
+            "coalition",
+            "message",
+            "cartel",
+            numeric=(1, 2, 3, 4),
+        )
+        for (a, b), k in sorted(
+            counts.items(), key=lambda kv: (_seat_order(kv[0][0]), _seat_order(kv[0][1]))
+        ):
+            _row(
+                pairs,
+                f"{a} - {b}",
+                *(str(k[x]) for x in ("trade", "coalition", "message", "cartel")),
+            )
+        parts.append(pairs)
+    parts.append(Text(f"mean welfare ratio {fmt(ep.welfare_ratio(), 3)}", style="bold"))
+    return Group(*parts)
+
+
+def render_transcript(
+    path_or_obj: Any,
+    console: Console | None = None,
+    round: int | None = None,  # noqa: A002
+    steps: bool = True,
+) -> Episode:
+    """Print a transcript round by round (or only round ``round``); returns the parsed episode.
+
+    ``path_or_obj``: a transcript path, the reader's transcript object, a list of records or an
+    :class:`~market.record.report.Episode`. ``steps=False`` leaves out each round's list of actions.
+    """
+    console = console or Console()
+    ep = episode_from(path_or_obj)
+    rounds = sorted(
+        (r for r in ep.rounds if isinstance(r, Mapping)),
+        key=lambda r: r.get("round") if isinstance(r.get("round"), int) else -1,
+    )
+    if round is not None:
+        rounds = [r for r in rounds if r.get("round") == round]
+        if not rounds:
+            have = ", ".join(fmt(r.get("round")) for r in ep.rounds) or "none"
+            raise ValueError(f"round {round} is not in this transcript (rounds: {have})")
+    by_round: dict[Any, list[Event]] = {}
+    for ev in sorted(ep.events, key=lambda e: e.step):
+        by_round.setdefault(ev.round, []).append(ev)
+    console.print(_header(ep))
+    for r in rounds:
+        console.print(_round_view(ep, r, by_round.get(r.get("round"), []), steps))
+    if round is None:
+        console.print(_totals(ep))
+    return ep

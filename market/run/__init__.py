@@ -1,0 +1,2 @@
+"""Running episodes: one episode (rollout), many (runner, the async and Ray backends),
+evaluation, mechanism comparison and tournaments."""

@@ -1,0 +1,690 @@
+"""Role-aware tournaments: bidders are rated against each other, designers against populations.
+
+Two kinds of match, rated by two separate OpenSkill (Plackett-Luce) models:
+
+* **bidder matches**: for every seed, the bidder agents rotate through the scenario's bidder
+  seats (:func:`bidder_lineups`); the designer seat holds a fixed *house* designer. A match is one
+  episode, a multi-player game among the distinct agents in the lineup, ranked by episode return
+  (an agent holding several seats scores the mean of their returns; equal returns tie).
+* **designer matches**: every designer plays the designer seat against the same bidder
+  populations on the same seeds. The episodes of one (population, seed) form one game among the
+  designers, ranked by the designer seat's return.
+
+Every finished episode is appended to ``DIR/matches.jsonl`` as one JSON line (id, lineup, seed,
+returns). Ratings are recomputed from that file in schedule order, so they are a deterministic
+function of the match list: a run that stops half way and is started again plays only the
+missing episodes and ends with the same table as an uninterrupted run, serial or parallel.
+``DIR/manifest.json`` records the configuration and refuses to mix two tournaments in one folder.
+
+    >>> cfg = TournamentConfig("market_round", bidders=("truthful", "random_valid"),
+    ...                        designers=("fixed", "rule_designer"), seeds=(0, 1, 2))
+    >>> result = run_tournament(cfg, "runs/tournament", workers=4)   # doctest: +SKIP
+    >>> result.rows[0]["agent"], result.rows[0]["mu"]                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+import random
+import signal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from market.environment.aec import DESIGNER
+from market.run.health import judge_counts, seat_counts
+from market.run.rollout import default_seats, mean_ci95, run_episode, with_agent_timeout
+from scenarios import load_scenario
+from scenarios.schema import RUN_ONLY_KEYS, Scenario
+
+FORMAT = 1
+MATCHES_FILE = "matches.jsonl"
+MANIFEST_FILE = "manifest.json"
+#: the bidder population designers face besides the scenario's own, cycled over the bidder seats
+MIXED_POPULATION = ("rule_expert", "shader", "greedy_hoarder", "random_valid", "colluder",
+                    "colluder", "dropout", "exploiter", "truthful")
+CSV_COLUMNS = ("role", "agent", "mu", "sigma", "ordinal", "matches", "wins", "win_rate",
+               "win_ci_low", "win_ci_high", "mean_return", "return_ci95", "tokens", "cost_usd")
+
+
+class TournamentError(ValueError):
+    """A tournament cannot run as asked (bad configuration or an output folder that conflicts)."""
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class TournamentConfig:
+    """What to play. ``bidders``/``designers``: agent specs (see ``agents.registry``), each
+    list empty or of at least two distinct agents. ``house_designer``: the designer seat in bidder
+    matches (default: the scenario's ``[agents] designer``). ``populations``: name -> bidder specs
+    cycled over the bidder seats, faced by every designer (default: ``default``, the scenario's
+    own ``[agents] bidders``, and ``mixed``, :data:`MIXED_POPULATION`)."""
+
+    scenario: str | Path = "market_round"
+    bidders: Sequence[str] = ()
+    designers: Sequence[str] = ()
+    seeds: Sequence[int] = tuple(range(10))
+    house_designer: str | None = None
+    populations: Mapping[str, Sequence[str]] | None = None
+
+
+@dataclass(frozen=True)
+class Match:
+    """One scheduled episode. ``kind`` is 'bidder' or 'designer'; ``rotation`` is set for
+    bidder matches, ``population`` and ``designer`` for designer matches."""
+
+    id: str
+    kind: str
+    seed: int
+    seats: dict[str, str]
+    rotation: int | None = None
+    population: str | None = None
+    designer: str | None = None
+
+
+@dataclass
+class Plan:
+    """A validated configuration: the scenario, the resolved lineups and the full schedule."""
+
+    scenario: Scenario
+    bidders: tuple[str, ...]
+    designers: tuple[str, ...]
+    seeds: tuple[int, ...]
+    house_designer: str | None
+    populations: dict[str, dict[str, str]]
+    matches: list[Match]
+
+    def manifest(self) -> dict[str, Any]:
+        # how long to wait for an agent is not what is played: a resume may change it
+        dump = json.dumps(self.scenario.model_dump(mode="json", exclude=RUN_ONLY_KEYS),
+                          sort_keys=True)
+        return {
+            "format": FORMAT,
+            "scenario": self.scenario.name,
+            "scenario_sha256": hashlib.sha256(dump.encode()).hexdigest(),
+            "bidders": list(self.bidders),
+            "designers": list(self.designers),
+            "seeds": list(self.seeds),
+            "house_designer": self.house_designer,
+            "populations": self.populations,
+            "matches": len(self.matches),
+        }
+
+
+def bidder_seats(scenario: Scenario) -> list[str]:
+    return [s for s in default_seats(scenario) if s != DESIGNER]
+
+
+def bidder_lineups(agents: Sequence[str], n_seats: int, seed: int) -> list[tuple[str, ...]]:
+    """The lineups of one seed: ``len(agents)`` rotations of a seeded order of the agents.
+
+    Rotation ``r`` puts ``order[(j + r) % len(agents)]`` in bidder seat ``j``, so over one seed
+    every agent sits in every seat index exactly once. With more agents than seats each lineup is
+    a different subset (who meets whom varies with the seed); with fewer, agents repeat.
+    """
+    order = list(agents)
+    random.Random(f"gpumarket-tournament:{seed}").shuffle(order)
+    n = len(order)
+    return [tuple(order[(j + r) % n] for j in range(n_seats)) for r in range(n)]
+
+
+def _check_agents(specs: Sequence[str], role: str, what: str) -> tuple[str, ...]:
+    from agents.registry import make_agent
+
+    specs = tuple(s.strip() for s in specs)
+    if len(specs) == 1:
+        raise TournamentError(f"{what}: a tournament needs at least two agents, "
+                              f"got only {specs[0]!r}")
+    dupes = sorted({s for s in specs if specs.count(s) > 1})
+    if dupes:
+        raise TournamentError(f"{what}: {', '.join(map(repr, dupes))} listed more than once")
+    for spec in specs:
+        try:
+            make_agent(spec, role)
+        except ValueError as exc:
+            raise TournamentError(f"{what}: {exc}") from None
+    return specs
+
+
+def plan(config: TournamentConfig) -> Plan:
+    """Validate ``config`` and build the schedule (raises :class:`TournamentError`)."""
+    from agents.registry import make_agent
+
+    scenario = load_scenario(config.scenario)
+    seeds = tuple(int(s) for s in config.seeds)
+    if not seeds:
+        raise TournamentError("seeds: no seed selected")
+    if len(set(seeds)) != len(seeds):
+        raise TournamentError("seeds: a seed is listed more than once")
+    bidders = _check_agents(config.bidders, "bidder", "bidders")
+    designers = _check_agents(config.designers, "designer", "designers")
+    if not bidders and not designers:
+        raise TournamentError("nothing to play: give at least two bidders or two designers")
+    seats = bidder_seats(scenario)
+    if not seats:
+        raise TournamentError(f"scenario {scenario.name!r} has no bidder seats")
+    house = None
+    if scenario.designer_seat:
+        house = (config.house_designer or scenario.agents.designer).strip()
+        try:
+            make_agent(house, "designer")
+        except ValueError as exc:
+            raise TournamentError(f"house designer: {exc}") from None
+    elif designers:
+        raise TournamentError(f"scenario {scenario.name!r} has no designer seat "
+                              "(designer_seat = false); drop the designers or pick another "
+                              "scenario")
+    elif config.house_designer:
+        raise TournamentError(f"scenario {scenario.name!r} has no designer seat for a house "
+                              "designer")
+
+    populations: dict[str, dict[str, str]] = {}
+    if designers:
+        wanted = config.populations
+        if wanted is None:
+            own = default_seats(scenario)
+            wanted = {"default": [own[s] for s in seats], "mixed": MIXED_POPULATION}
+        if not wanted:
+            raise TournamentError("populations: designers need at least one bidder population")
+        for name, specs in wanted.items():
+            specs = [s.strip() for s in specs if s.strip()]
+            if not name or not specs:
+                raise TournamentError(f"population {name!r}: give a name and at least one bidder")
+            for spec in specs:
+                try:
+                    make_agent(spec, "bidder")
+                except ValueError as exc:
+                    raise TournamentError(f"population {name!r}: {exc}") from None
+            populations[name] = {seat: specs[j % len(specs)] for j, seat in enumerate(seats)}
+
+    matches: list[Match] = []
+    head = {DESIGNER: house} if house is not None else {}
+    if bidders:
+        for seed in seeds:
+            for r, lineup in enumerate(bidder_lineups(bidders, len(seats), seed)):
+                matches.append(Match(f"bidder|seed={seed}|rot={r}", "bidder", seed,
+                                     {**head, **dict(zip(seats, lineup, strict=True))}, rotation=r))
+    for pop, pop_seats in populations.items():
+        for seed in seeds:
+            for d in designers:
+                matches.append(Match(f"designer|{pop}|seed={seed}|{d}", "designer", seed,
+                                     {DESIGNER: d, **pop_seats}, population=pop, designer=d))
+    return Plan(scenario, bidders, designers, seeds, house, populations, matches)
+
+
+# ----------------------------------------------------------------------------- ratings
+
+
+@dataclass
+class Standing:
+    """One agent's rating and record in one role."""
+
+    role: str
+    agent: str
+    mu: float
+    sigma: float
+    matches: int = 0
+    wins: float = 0.0  # a first place shared by k agents counts 1/k
+    returns: list[float] = field(default_factory=list)
+    tokens: int = 0  # model tokens (prompt + completion) of the agent's seats in this role
+    cost_usd: float = 0.0  # and their cost, priced by the seat spec's price_prompt/completion
+
+    @property
+    def ordinal(self) -> float:
+        return self.mu - 3.0 * self.sigma
+
+    def row(self) -> dict[str, Any]:
+        low, high = wilson_ci95(self.wins, self.matches)
+        mean, half = mean_ci95(self.returns)
+        return {"role": self.role, "agent": self.agent, "mu": self.mu, "sigma": self.sigma,
+                "ordinal": self.ordinal, "matches": self.matches, "wins": self.wins,
+                "win_rate": self.wins / self.matches if self.matches else float("nan"),
+                "win_ci_low": low, "win_ci_high": high, "mean_return": mean, "return_ci95": half,
+                "tokens": self.tokens, "cost_usd": self.cost_usd}
+
+
+def wilson_ci95(wins: float, n: int) -> tuple[float, float]:
+    """The Wilson score 95% interval of a win share ``wins / n`` (nan, nan when n = 0)."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    z = 1.959963984540054
+    p = wins / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rate_games(role: str, agents: Sequence[str],
+               games: Iterable[Mapping[str, float]]) -> list[Standing]:
+    """Rate ``agents`` from ``games`` (each: agent -> score, higher is better) in the given order
+    with a fresh OpenSkill Plackett-Luce model. Games with fewer than two agents are not rated
+    but their scores still count towards the mean return."""
+    from openskill.models import PlackettLuce
+
+    model = PlackettLuce()
+    ratings = {a: model.rating(name=a) for a in agents}
+    table = {a: Standing(role, a, ratings[a].mu, ratings[a].sigma) for a in agents}
+    rank_of = {a: i for i, a in enumerate(agents)}
+    for game in games:
+        names = sorted(game, key=rank_of.__getitem__)
+        scores = [float(game[a]) for a in names]
+        for a, s in zip(names, scores, strict=True):
+            table[a].returns.append(s)
+        if len(names) < 2:
+            continue
+        ranks = [1 + sum(other > s for other in scores) for s in scores]
+        new = model.rate([[ratings[a]] for a in names], ranks=ranks)
+        best = max(scores)
+        winners = scores.count(best)
+        for a, team, s in zip(names, new, scores, strict=True):
+            ratings[a] = team[0]
+            table[a].matches += 1
+            if s == best:
+                table[a].wins += 1.0 / winners
+    for a in agents:
+        table[a].mu, table[a].sigma = ratings[a].mu, ratings[a].sigma
+    return list(table.values())
+
+
+def bidder_games(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[dict[str, float]]:
+    """Bidder matches in schedule order as agent -> score (mean return over the agent's seats)."""
+    games = []
+    for m in plan_.matches:
+        rec = records.get(m.id)
+        if m.kind != "bidder" or rec is None:
+            continue
+        per_agent: dict[str, list[float]] = {}
+        for seat, agent in m.seats.items():
+            if seat != DESIGNER:
+                per_agent.setdefault(agent, []).append(float(rec["returns"][seat]))
+        games.append({a: sum(v) / len(v) for a, v in per_agent.items()})
+    return games
+
+
+def designer_games(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[dict[str, float]]:
+    """Designer games in schedule order: per (population, seed), designer -> designer return.
+    A game is rated only once every designer's episode of it is in."""
+    games = []
+    for pop in plan_.populations:
+        for seed in plan_.seeds:
+            ids = [f"designer|{pop}|seed={seed}|{d}" for d in plan_.designers]
+            if all(i in records for i in ids):
+                games.append({d: float(records[i]["returns"][DESIGNER])
+                              for d, i in zip(plan_.designers, ids, strict=True)})
+    return games
+
+
+def usage(plan_: Plan, records: Mapping[str, dict[str, Any]], role: str
+          ) -> dict[str, tuple[int, float]]:
+    """agent -> (tokens, USD cost) of the seats it held in the finished matches of ``role``
+    (the bidder seats of bidder matches, the designer seat of designer matches)."""
+    tokens: dict[str, int] = {}
+    costs: dict[str, list[float]] = {}
+    for m in plan_.matches:  # schedule order: the same sums however the matches finished
+        rec = records.get(m.id)
+        if m.kind != role or rec is None:
+            continue
+        for seat, agent in m.seats.items():
+            if (seat == DESIGNER) != (role == "designer"):
+                continue
+            used = (rec.get("usage") or {}).get(seat) or {}
+            tokens[agent] = tokens.get(agent, 0) + int(used.get("tokens", 0))
+            costs.setdefault(agent, []).append(float(used.get("cost_usd", 0.0)))
+    return {a: (tokens[a], math.fsum(costs[a])) for a in tokens}
+
+
+def standings(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Table rows: bidders then designers, each by ordinal (mu - 3 sigma), best first."""
+    rows: list[dict[str, Any]] = []
+    for role, agents, games in (("bidder", plan_.bidders, bidder_games(plan_, records)),
+                                ("designer", plan_.designers, designer_games(plan_, records))):
+        if agents:
+            used = usage(plan_, records, role)
+            table = rate_games(role, agents, games)
+            for standing in table:
+                standing.tokens, standing.cost_usd = used.get(standing.agent, (0, 0.0))
+            ranked = sorted(table, key=lambda s: (-s.ordinal, s.agent))
+            rows.extend(s.row() for s in ranked)
+    return rows
+
+
+def designer_by_population(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """designer -> population -> mean designer return, its 95% CI half-width, episodes."""
+    out: dict[str, Any] = {}
+    for d in plan_.designers:
+        out[d] = {}
+        for pop in plan_.populations:
+            vals = [float(records[i]["returns"][DESIGNER]) for seed in plan_.seeds
+                    if (i := f"designer|{pop}|seed={seed}|{d}") in records]
+            mean, half = mean_ci95(vals)
+            out[d][pop] = {"mean_return": mean, "return_ci95": half, "episodes": len(vals)}
+    return out
+
+
+# ----------------------------------------------------------------------------- storage
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    path = out / MANIFEST_FILE
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TournamentError(f"{path}: unreadable manifest ({exc}); use another --out") from None
+
+
+def check_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    """Refuse to resume a folder that holds another configuration's matches."""
+    old = read_manifest(out)
+    if old is None:
+        if (out / MATCHES_FILE).exists():
+            raise TournamentError(f"{out / MATCHES_FILE} exists but {MANIFEST_FILE} does not; "
+                                  "use another --out")
+        return
+    differ = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
+    if differ:
+        raise TournamentError(f"{out} holds a tournament with another configuration (differs in: "
+                              f"{', '.join(differ)}); use another --out or delete that folder")
+
+
+def load_records(out: Path, plan_: Plan) -> dict[str, dict[str, Any]]:
+    """Finished matches of ``out/matches.jsonl`` by id. A cut last line (a run killed mid-write)
+    is dropped from the file; any other bad line is an error."""
+    path = out / MATCHES_FILE
+    if not path.exists():
+        return {}
+    by_id = {m.id: m for m in plan_.matches}
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    records: dict[str, dict[str, Any]] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            match = by_id[rec["id"]]
+            ok = rec["seats"] == match.seats and rec["seed"] == match.seed
+            ok = ok and set(rec["returns"]) == set(match.seats)
+        except (ValueError, KeyError, TypeError):
+            if n == len(lines):  # no newline after it: the cut last line of a killed run
+                lines.pop()
+                break
+            raise TournamentError(f"{path}:{n}: not a match of this tournament; "
+                                  "use another --out") from None
+        if not ok:
+            raise TournamentError(f"{path}:{n}: match {rec['id']!r} does not fit this "
+                                  "tournament's schedule; use another --out")
+        records.setdefault(rec["id"], rec)
+    if text and not text.endswith("\n"):  # end the file cleanly before anything is appended
+        path.write_text("".join(f"{x}\n" for x in lines if x.strip()), encoding="utf-8")
+    return records
+
+
+def _play(job: tuple[Scenario, Match]) -> dict[str, Any]:
+    """Play one match (in a worker process or inline) and return its JSON record."""
+    scenario, m = job
+    result = run_episode(scenario, m.seed, m.seats)
+    rec: dict[str, Any] = {"id": m.id, "kind": m.kind, "seed": m.seed}
+    if m.rotation is not None:
+        rec["rotation"] = m.rotation
+    if m.population is not None:
+        rec["population"], rec["designer"] = m.population, m.designer
+    stats = {seat: result.agent_stats.get(seat) or {} for seat in m.seats}
+    rec.update(seats=m.seats, returns=result.returns, steps=result.steps,
+               invalid_actions=result.invalid_actions, agent_errors=result.agent_errors,
+               health=seat_counts(result), judge=judge_counts(result.round_log),
+               usage={seat: {"tokens": int(st.get("prompt_tokens", 0) or 0)
+                             + int(st.get("completion_tokens", 0) or 0),
+                             "cost_usd": float(st.get("cost_usd", 0.0) or 0.0)}
+                      for seat, st in stats.items()})
+    return rec
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclass
+class TournamentResult:
+    rows: list[dict[str, Any]]
+    total: int  # scheduled matches
+    done: int  # matches in matches.jsonl now
+    played: int  # matches played by this call
+    out: Path
+
+    @property
+    def complete(self) -> bool:
+        return self.done == self.total
+
+
+def run_tournament(
+    config: TournamentConfig,
+    out: str | Path,
+    *,
+    workers: int = 1,
+    max_matches: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    agent_timeout: float | None = None,
+) -> TournamentResult:
+    """Play the missing matches of ``config`` into ``out`` and write the tables.
+
+    ``workers > 1`` plays matches in a local process pool (same results as serial);
+    ``backend="ray"`` plays them on the Ray cluster at ``address`` (None: a private local Ray).
+    ``max_matches``: stop after playing this many new matches (rerun to continue).
+    ``progress(done, total)`` is called once at the start and after every finished match.
+    ``agent_timeout``: seconds one decision may take (None: the scenario's; 0: no limit).
+    Writes ``out/matches.jsonl``, ``manifest.json``, ``ratings.csv``, ``ratings.md`` and
+    ``summary.json``.
+    """
+    if backend not in ("local", "ray"):
+        raise TournamentError(f"backend {backend!r}: use 'local' (a process pool) or 'ray'")
+    plan_ = plan(config)
+    try:
+        scenario = with_agent_timeout(plan_.scenario, agent_timeout)
+    except ValueError as exc:
+        raise TournamentError(str(exc)) from None
+    out = Path(out)
+    manifest = plan_.manifest()
+    check_manifest(out, manifest)
+    out.mkdir(parents=True, exist_ok=True)
+    if read_manifest(out) is None:
+        (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    records = load_records(out, plan_)
+    pending = [m for m in plan_.matches if m.id not in records]
+    if max_matches is not None:
+        pending = pending[: max(0, max_matches)]
+    total = len(plan_.matches)
+    done = len(records)
+    if progress:
+        progress(done, total)
+    with open(out / MATCHES_FILE, "a", encoding="utf-8") as sink:
+
+        def save(rec: dict[str, Any]) -> None:
+            nonlocal done
+            sink.write(json.dumps(rec, sort_keys=True) + "\n")
+            sink.flush()
+            done += 1
+            if progress:
+                progress(done, total)
+
+        jobs = [(scenario, m) for m in pending]
+        if backend == "ray":
+            _play_ray(jobs, address, save)
+        elif workers <= 1 or len(jobs) <= 1:
+            for job in jobs:
+                save(_play(job))
+        else:
+            _play_pool(jobs, workers, save)
+    records = load_records(out, plan_)
+    rows = standings(plan_, records)
+    write_outputs(out, plan_, records, rows)
+    return TournamentResult(rows, total, len(records), len(pending), out)
+
+
+def _play_pool(jobs: list[tuple[Scenario, Match]], workers: int,
+               save: Callable[[dict[str, Any]], None]) -> None:
+    """Play ``jobs`` in a process pool, saving each record as it finishes (a bounded number in
+    flight, so an interrupted run loses at most the matches being played)."""
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    try:
+        todo = iter(jobs)
+        running: set[Future[dict[str, Any]]] = set()
+        while True:
+            for job in todo:
+                running.add(pool.submit(_play, job))
+                if len(running) >= 4 * workers:
+                    break
+            if not running:
+                break
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=lambda f: f.result()["id"]):
+                save(fut.result())
+    except BaseException:  # Ctrl-C or a failed match: drop what is queued, stop the workers
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        raise
+    pool.shutdown()
+
+
+def _play_ray(jobs: list[tuple[Scenario, Match]], address: str | None,
+              save: Callable[[dict[str, Any]], None]) -> None:
+    """Play ``jobs`` on Ray (:mod:`market.run.ray_backend`), saving each record as it arrives."""
+    from market.run.ray_backend import RayBackendError, ray_map
+
+    try:
+        for _, rec in ray_map(_play, jobs, address=address):
+            save(rec)
+    except RayBackendError as exc:
+        raise TournamentError(str(exc)) from None
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which saves what is finished and stops them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.{digits}f}"
+    return str(value)
+
+
+def display_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """Rows as text cells: role, agent, mu, sigma, ordinal, matches, win rate [CI], return ± CI,
+    tokens, cost in USD."""
+    cells = []
+    for r in rows:
+        win = (f"{_fmt(r['win_rate'], 2)} [{_fmt(r['win_ci_low'], 2)},{_fmt(r['win_ci_high'], 2)}]"
+               if r["matches"] else "-")
+        cells.append([r["role"], r["agent"], _fmt(r["mu"], 2), _fmt(r["sigma"], 2),
+                      _fmt(r["ordinal"], 2), str(r["matches"]), win,
+                      f"{_fmt(r['mean_return'])} ± {_fmt(r['return_ci95'])}"
+                      if r["matches"] or not math.isnan(r["mean_return"]) else "-",
+                      f"{r['tokens']:,}", f"{r['cost_usd']:.4f}"])
+    return cells
+
+
+HEADERS = ("role", "agent", "mu", "sigma", "mu-3σ", "matches", "win rate [CI]", "return ± CI",
+           "tokens", "cost USD")
+
+
+def title(plan_: Plan, done: int) -> str:
+    seeds = plan_.seeds
+    span = f"{seeds[0]}..{seeds[-1]}" if list(seeds) == list(range(seeds[0], seeds[-1] + 1)) \
+        else ",".join(map(str, seeds))
+    total = len(plan_.matches)
+    state = "" if done == total else f" (partial: {done} of {total} matches)"
+    return f"Tournament on {plan_.scenario.name}, seeds {span}{state}"
+
+
+def markdown(plan_: Plan, rows: list[dict[str, Any]], done: int) -> str:
+    lines = [f"# {title(plan_, done)}", ""]
+    if plan_.bidders:
+        lines.append(f"- bidder matches: {len(plan_.bidders)} rotations per seed through "
+                     f"{len(bidder_seats(plan_.scenario))} bidder seats; house designer "
+                     f"`{plan_.house_designer}`")
+    for name, seats in plan_.populations.items():
+        lines.append(f"- designer population `{name}`: {', '.join(seats.values())}")
+    lines += ["- ratings: OpenSkill Plackett-Luce, bidders and designers rated separately; "
+              "mu-3σ is the conservative ordinal the table is sorted by", "- win rate: share of "
+              "matches ranked first (a shared first place counts 1/k), Wilson 95% CI; return: "
+              "mean episode return, Student-t 95% CI",
+              "- tokens (prompt + completion) and cost (USD, for LLM seats whose spec sets "
+              "price_prompt/price_completion): of the agent's seats over all its matches", ""]
+    lines.append("| " + " | ".join(HEADERS) + " |")
+    lines.append("|" + "|".join("---" if i < 2 else "---:" for i in range(len(HEADERS))) + "|")
+    lines += ["| " + " | ".join(c) + " |" for c in display_rows(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in rows:
+        writer.writerow([_fmt(r[c], 6) for c in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def write_outputs(out: Path, plan_: Plan, records: Mapping[str, dict[str, Any]],
+                  rows: list[dict[str, Any]]) -> None:
+    done = len(records)
+    (out / "ratings.csv").write_text(to_csv(rows), encoding="utf-8")
+    (out / "ratings.md").write_text(markdown(plan_, rows, done), encoding="utf-8")
+    summary = {"title": title(plan_, done), "matches_done": done,
+               "matches_total": len(plan_.matches),
+               "rating_model": "openskill PlackettLuce (default mu=25, sigma=25/3)",
+               "rows": _no_nan(rows),
+               "designer_by_population": _no_nan(designer_by_population(plan_, records))}
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, out / "summary.json")
+
+
+def _no_nan(value: Any) -> Any:
+    """NaN (no data yet) as null, so that summary.json is strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+def rich_table(plan_: Plan, rows: list[dict[str, Any]], done: int) -> Any:
+    """A rich renderable: the title, then one table per role (bidders, designers)."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+
+    parts: list[Any] = [f"[bold]{title(plan_, done)}[/bold] (CI: 95% confidence interval)"]
+    for role in ("bidder", "designer"):
+        mine = [r for r in rows if r["role"] == role]
+        if not mine:
+            continue
+        table = Table(title=f"{role}s", box=box.SIMPLE_HEAD, title_justify="left",
+                      pad_edge=False, collapse_padding=True)
+        for i, h in enumerate(HEADERS[1:]):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for cells in display_rows(mine):
+            table.add_row(*cells[1:])
+        parts.append(table)
+    return Group(*parts)
