@@ -18,7 +18,6 @@ from functools import cache
 from pathlib import Path
 
 import networkx as nx
-
 from support import ROOT
 
 PACKAGES = ("market", "agents", "scenarios")
