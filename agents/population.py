@@ -41,6 +41,7 @@ from market.core.actions import (
     SetMechanism,
 )
 from market.core.mechanisms import first_price_equilibrium_bid
+from market.core.seats import lab_index
 from market.environment.observations import CoalitionView, JobView, Observation
 
 PENALISING = frozenset({"penalize_suspected", "penalize_confirmed"})
@@ -316,7 +317,7 @@ class ColluderBidder(StatefulAgent):
     def members(self, obs: Observation) -> list[str]:
         """The active cartel members, this seat included, in seat-index order."""
         group = (self.partners | {obs.seat}) & set(obs.active_labs)
-        return sorted(group, key=lambda s: int(s.rsplit("_", 1)[1]))
+        return sorted(group, key=lab_index)
 
     def designated(self, obs: Observation) -> str:
         group = self.members(obs)

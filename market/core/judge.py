@@ -71,6 +71,7 @@ from urllib.parse import parse_qsl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from market.core.negotiation import Pitch
+from market.core.seats import bidder_seat
 from market.core.world import Job, Lab
 
 RUBRIC_VERSION = "rubric-1"
@@ -145,7 +146,7 @@ class Verdict:
     def to_log(self, seat: str | None = None) -> dict[str, Any]:
         """A JSON-ready dict for ``round_log[r]["judge"]`` (``seat`` names the lab)."""
         return {
-            "lab": seat if seat is not None else f"bidder_{self.lab}",
+            "lab": seat if seat is not None else bidder_seat(self.lab),
             "score": self.total,
             "scores": dict(self.scores),
             "granted": self.granted,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from market.core.seats import bidder_seat
 from market.core.world import Job, World, draw_job
 from scenarios.schema import SHOCK_KINDS, Scenario
 
@@ -40,7 +41,7 @@ class Shock:
         return self.public or self.target == lab
 
     def describe(self) -> str:
-        who = f" on bidder_{self.target}" if self.target is not None else ""
+        who = f" on {bidder_seat(self.target)}" if self.target is not None else ""
         return f"{self.kind}{who} from round {self.round} for {self.duration} round(s), magnitude {self.magnitude:g}"
 
 

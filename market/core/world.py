@@ -12,6 +12,7 @@ from typing import Literal
 
 import numpy as np
 
+from market.core.seats import bidder_seat
 from scenarios.schema import Scenario
 
 JobStatus = Literal["pending", "active", "done", "expired"]
@@ -123,7 +124,7 @@ def generate_world(scenario: Scenario, rng: np.random.Generator) -> World:
     for i in range(n):
         lab = Lab(
             index=i,
-            seat=f"bidder_{i}",
+            seat=bidder_seat(i),
             budget=round(float(rng.uniform(*spec.budget)), 2),
             reputation=round(float(rng.uniform(*spec.reputation)), 3),
         )
