@@ -6,7 +6,7 @@ stream at reset. Every key is documented in ``docs/scenarios.md``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,7 +22,10 @@ ShockKind = Literal[
     "lab_exit",
     "lab_entry",
 ]
-SHOCK_KINDS: tuple[str, ...] = ShockKind.__args__  # type: ignore[attr-defined]
+SHOCK_KINDS: tuple[ShockKind, ...] = get_args(ShockKind)
+#: the designer composite's weighted components (rewards adds revenue and the composite itself)
+DesignerWeight = Literal["welfare_ratio", "fairness", "participation", "stability"]
+DESIGNER_WEIGHTS: tuple[DesignerWeight, ...] = get_args(DesignerWeight)
 
 
 #: Scenario keys that say how episodes are run, not what they are: a run folder's or tournament's
@@ -123,8 +126,8 @@ class RewardSpec(_Strict):
     value_unit: float = Field(100.0, gt=0.0, description="Credits per reward unit for labs.")
     invalid_action_penalty: float = Field(0.05, ge=0.0, description="Reward lost per invalid action.")
     talk_cost: float = Field(0.01, ge=0.0, description="Reward lost per offer, proposal, message or pitch: talk alone never pays.")
-    designer_weights: dict[Literal["welfare_ratio", "fairness", "participation", "stability"], float] = Field(
-        default_factory=lambda: {"welfare_ratio": 1.0, "fairness": 1.0, "participation": 1.0, "stability": 1.0},
+    designer_weights: dict[DesignerWeight, float] = Field(
+        default_factory=lambda: dict.fromkeys(DESIGNER_WEIGHTS, 1.0),
         description="Exponents of the designer's composite: prod(component ** weight).",
     )
     designer_revenue_weight: float = Field(0.0, ge=0.0, description="Weight of revenue / (capacity x value_unit) added to the designer's composite.")

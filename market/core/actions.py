@@ -20,7 +20,10 @@ from pydantic import (
     field_validator,
 )
 
-from market.core.mechanisms import Mechanism
+from market.core.mechanisms import AuctionType, CoalitionPolicy, Mechanism
+
+OfferSide = Literal["sell", "buy"]  # what the sender of an offer does
+CoalitionSplit = Literal["proportional", "equal"]  # how a coalition shares its blocks
 
 MAX_TEXT = 1000
 MAX_BID_UNITS = 100_000
@@ -46,7 +49,7 @@ class MechanismUpdate(BaseModel):
     """Mechanism fields to change; omitted fields keep the mechanism in force."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    auction_type: Literal["first_price", "second_price", "vcg", "fair_share", "posted_price"] | None = None
+    auction_type: AuctionType | None = None
     reserve_price: float | None = Field(None, ge=0.0, le=1e9)
     reveal_reserve: bool | None = None
     reveal_competing_bids: bool | None = None
@@ -56,7 +59,7 @@ class MechanismUpdate(BaseModel):
     shill_penalty: float | None = Field(None, ge=0.0, le=1e9)
     withdrawal_penalty: float | None = Field(None, ge=0.0, le=1e9)
     collusion_penalty: float | None = Field(None, ge=0.0, le=1e9)
-    coalition_policy: Literal["allow", "restrict", "penalize_suspected", "penalize_confirmed"] | None = None
+    coalition_policy: CoalitionPolicy | None = None
     judge_pool_share: float | None = Field(None, ge=0.0, le=1.0)
 
     def apply_to(self, current: Mechanism) -> Mechanism:
@@ -80,7 +83,7 @@ class SendOffer(_Action):
 
     action_type: Literal["send_offer"] = "send_offer"
     to: str
-    side: Literal["sell", "buy"] = "sell"
+    side: OfferSide = "sell"
     blocks: int = Field(ge=1, le=1_000_000)
     price: float = Field(ge=0.0, le=1e9)
     delivery_round: int | None = Field(None, ge=0, description="Absolute round; default: the current round.")
@@ -128,7 +131,7 @@ class FormCoalition(_Action):
     members: list[str] = Field(min_length=1, max_length=64, description="Seats invited (not including yourself).")
     purpose: Text = ""
     contribution: float = Field(0.0, ge=0.0, le=1e9)
-    split: Literal["proportional", "equal"] = "proportional"
+    split: CoalitionSplit = "proportional"
     term_rounds: int = Field(1, ge=1, le=1000)
 
 

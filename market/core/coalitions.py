@@ -17,7 +17,7 @@ from typing import Literal
 
 import numpy as np
 
-from market.core.actions import CommitToCoalition, FormCoalition, LeaveCoalition
+from market.core.actions import CoalitionSplit, CommitToCoalition, FormCoalition, LeaveCoalition
 from market.core.ledger import (
     ActionError,
     escrow_credits,
@@ -39,7 +39,7 @@ class Coalition:
     leader: int
     invited: set[int]
     purpose: str
-    split: Literal["proportional", "equal"]
+    split: CoalitionSplit
     created_round: int
     term_end: int
     members: list[int] = field(default_factory=list)

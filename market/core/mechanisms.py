@@ -13,15 +13,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 AuctionType = Literal["first_price", "second_price", "vcg", "fair_share", "posted_price"]
 CoalitionPolicy = Literal["allow", "restrict", "penalize_suspected", "penalize_confirmed"]
-AUCTION_TYPES: tuple[str, ...] = ("first_price", "second_price", "vcg", "fair_share", "posted_price")
-COALITION_POLICIES: tuple[str, ...] = ("allow", "restrict", "penalize_suspected", "penalize_confirmed")
+AUCTION_TYPES: tuple[AuctionType, ...] = get_args(AuctionType)
+COALITION_POLICIES: tuple[CoalitionPolicy, ...] = get_args(CoalitionPolicy)
 
 
 class Mechanism(BaseModel):

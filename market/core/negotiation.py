@@ -14,6 +14,7 @@ from market.core.actions import (
     CounterOffer,
     CounterPitch,
     MakePitch,
+    OfferSide,
     RejectOffer,
     SendMessage,
     SendOffer,
@@ -32,7 +33,7 @@ class Offer:
     offer_id: str
     sender: int
     recipient: int
-    side: Literal["sell", "buy"]  # what the sender does
+    side: OfferSide  # what the sender does
     blocks: int
     price: float
     delivery_round: int
@@ -176,7 +177,7 @@ def _open_offer_to_me(book: Book, offer_id: str, me: int, verb: str) -> Offer:
 
 def handle_counter(world: World, book: Book, me: int, action: CounterOffer, now: int, rounds: int) -> Offer:
     original = _open_offer_to_me(book, action.offer_id, me, "counter")
-    side: Literal["sell", "buy"] = "buy" if original.side == "sell" else "sell"
+    side: OfferSide = "buy" if original.side == "sell" else "sell"
     if book.open_offers_of(me) >= MAX_OPEN_OFFERS:
         raise ActionError(f"you already have {MAX_OPEN_OFFERS} open offers; wait for replies or withdraw one with reject_offer")
     if side == "sell":

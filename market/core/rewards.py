@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from scenarios.schema import DESIGNER_WEIGHTS
+
 LAB_COMPONENTS: tuple[str, ...] = (
     "job_value",
     "auction_payments",
@@ -26,7 +28,7 @@ LAB_COMPONENTS: tuple[str, ...] = (
     "invalid_action",
     "talk_cost",
 )
-DESIGNER_COMPONENTS: tuple[str, ...] = ("welfare_ratio", "fairness", "participation", "stability", "revenue", "composite")
+DESIGNER_COMPONENTS: tuple[str, ...] = (*DESIGNER_WEIGHTS, "revenue", "composite")
 
 
 def optimal_welfare(unit_values: np.ndarray, remaining: np.ndarray, blocks: int) -> float:

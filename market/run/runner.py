@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from market.core.rewards import DESIGNER_COMPONENTS
 from market.environment.aec import DESIGNER
 from market.run.rollout import (
     EpisodeResult,
@@ -79,7 +80,7 @@ ROW_KEYS = (
     "transcript",
 )
 #: designer parts averaged over an episode's rounds (``row["designer"]``)
-DESIGNER_PARTS = ("welfare_ratio", "fairness", "participation", "stability", "revenue", "composite")
+DESIGNER_PARTS = DESIGNER_COMPONENTS
 
 
 class RunConfigError(ValueError):
