@@ -29,6 +29,7 @@ from gymnasium.spaces import Text
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
+from agents.llm.judge import make_judge
 from market.core import coalitions as coal
 from market.core import execution, ledger, negotiation
 from market.core.actions import (
@@ -50,7 +51,7 @@ from market.core.actions import (
     parse_action,
 )
 from market.core.collusion import SUSPECTED, InteractionGraph
-from market.core.judge import JudgeHistory, make_judge, with_claims
+from market.core.judge import JudgeHistory, with_claims
 from market.core.ledger import ActionError
 from market.core.mechanisms import Mechanism
 from market.core.rewards import (

@@ -437,7 +437,7 @@ class RecordedJudge:
 
 def load_judge(spec: str) -> Any:
     """A judge object (with ``score(pitch, lab, context)``): any spec
-    :func:`market.core.judge.make_judge` accepts (``rule``, ``llm:openai?model=...``), or
+    :func:`agents.llm.judge.make_judge` accepts (``rule``, ``llm:openai?model=...``), or
     ``py:module:attr`` naming a judge object, class or zero-argument factory."""
     if spec.startswith("py:"):
         module, _, attr = spec[3:].partition(":")
@@ -450,7 +450,7 @@ def load_judge(spec: str) -> Any:
         if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "score")):
             obj = obj()
     else:
-        from market.core.judge import make_judge
+        from agents.llm.judge import make_judge
 
         try:
             obj = make_judge(spec)

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from support import ScriptedAgent, WaitAgent, craft, job, make_env, run_episode
 
 from agents.llm.backends.base import BackendError, Completion
+from agents.llm.judge import JudgeSpecError, LLMJudge, LLMScores, make_judge
 from market.core.actions import CounterPitch, MakePitch
 from market.core.judge import (
     DIMENSIONS,
@@ -38,13 +39,10 @@ from market.core.judge import (
     Judge,
     JudgeContext,
     JudgeHistory,
-    JudgeSpecError,
-    LLMJudge,
     RuleJudge,
     Verdict,
     allocate_judge_pool,
     inspect_text,
-    make_judge,
     true_urgency,
 )
 from market.core.negotiation import Pitch
@@ -366,8 +364,6 @@ def test_the_rule_audit_binds_the_llm_judge() -> None:
 
 
 def test_llm_scores_are_range_checked() -> None:
-    from market.core.judge import LLMScores
-
     with pytest.raises(ValidationError):
         LLMScores.model_validate({"true_need": -0.1, "honesty": 1, "conduct": 1, "fairness": 1,
                                   "text_quality": 1})
