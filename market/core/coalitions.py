@@ -27,10 +27,10 @@ from market.core.ledger import (
 )
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import seat_index
+from market.core.penalties import COALITION_EXIT_REPUTATION_LOSS
 from market.core.world import World
 
 MAX_OPEN_COALITIONS = 4
-BREACH_REPUTATION_LOSS = 0.1
 
 
 @dataclass(slots=True)
@@ -62,14 +62,6 @@ class CoalitionBook:
 
     def of(self, lab: int) -> list[Coalition]:
         return [c for c in self.coalitions.values() if c.status != "dissolved" and (lab in c.members or lab in c.invited)]
-
-    def co_members(self, lab: int) -> set[int]:
-        out: set[int] = set()
-        for c in self.coalitions.values():
-            if c.status == "active" and lab in c.members:
-                out.update(c.members)
-        out.discard(lab)
-        return out
 
 
 def _escrow(world: World, coalition: Coalition, lab: int, amount: float) -> None:
@@ -142,7 +134,7 @@ def handle_leave(
     penalty = 0.0
     if coalition.status == "active" and now <= coalition.term_end and not forced:
         penalty = pay_operator(world, me, mechanism.withdrawal_penalty)
-        world.labs[me].reputation = max(0.0, world.labs[me].reputation - BREACH_REPUTATION_LOSS)
+        world.labs[me].reputation = max(0.0, world.labs[me].reputation - COALITION_EXIT_REPUTATION_LOSS)
     _refund(world, coalition, me)
     coalition.members.remove(me)
     if coalition.leader == me and coalition.members:

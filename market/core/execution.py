@@ -14,9 +14,8 @@ import numpy as np
 
 from market.core.ledger import move_blocks, pay_operator, transfer_credits
 from market.core.negotiation import Book, Contract
+from market.core.penalties import BREACH_REPUTATION_LOSS
 from market.core.world import Job, World
-
-BREACH_REPUTATION_LOSS = 0.05
 
 
 @dataclass(slots=True)

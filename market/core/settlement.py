@@ -4,7 +4,7 @@ Order (docs/design.md, section 4, step 5):
 1. The effective reserve is the mechanism's reserve or the energy floor, whichever is higher.
 2. ``floor(capacity x judge_pool_share)`` blocks go to the judge pool; grants are free. Blocks the
    judge does not grant return to the auction. A pitch with a false claim loses the lab
-   ``FALSE_CLAIM_REPUTATION_LOSS`` reputation (see ``market.core.judge``).
+   ``FALSE_CLAIM_REPUTATION_LOSS`` reputation (see ``market.core.penalties``).
 3. The auction clears the rest over lab and coalition bid schedules.
 4. Labs pay; coalition payments come out of the pool; coalition blocks are split.
 5. Shill bids (unit bids beyond a lab's true need that set the price or win blocks it cannot use)
@@ -22,7 +22,6 @@ from market.core.coalitions import CoalitionBook, charge_pool, split_blocks
 from market.core.collusion import InteractionGraph, detect_cartels, flagged_labs
 from market.core.execution import runnable
 from market.core.judge import (
-    FALSE_CLAIM_REPUTATION_LOSS,
     Judge,
     JudgeHistory,
     Verdict,
@@ -31,6 +30,7 @@ from market.core.judge import (
 from market.core.ledger import issue_blocks, pay_for_blocks, pay_operator
 from market.core.mechanisms import Mechanism, clear
 from market.core.negotiation import Book
+from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS
 from market.core.world import World
 
 

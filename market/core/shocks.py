@@ -37,9 +37,6 @@ class Shock:
     target: int | None
     public: bool
 
-    def visible_to(self, lab: int) -> bool:
-        return self.public or self.target == lab
-
     def describe(self) -> str:
         who = f" on {bidder_seat(self.target)}" if self.target is not None else ""
         return f"{self.kind}{who} from round {self.round} for {self.duration} round(s), magnitude {self.magnitude:g}"

@@ -1,0 +1,14 @@
+"""The market's fixed reputation penalties: the one place they are defined (docs/world.md, Labs).
+
+Money penalties (shill, withdrawal, collusion) are mechanism fields the designer sets; these
+reputation losses are rules of the market and never change within or between episodes.
+"""
+
+from __future__ import annotations
+
+#: a seller short by ``s`` of ``b`` blocks on a forward contract loses ``BREACH_REPUTATION_LOSS * s / b``
+BREACH_REPUTATION_LOSS = 0.05
+#: a lab leaving an active coalition before its term ends loses this much
+COALITION_EXIT_REPUTATION_LOSS = 0.1
+#: a lab whose pitch the judge finds a false claim in loses this much at clearing
+FALSE_CLAIM_REPUTATION_LOSS = 0.05
