@@ -3,7 +3,5 @@ observation models, wrappers and the RLlib adapter."""
 
 from market.environment.aec import env, parallel_env, raw_env
 from market.environment.observations import Observation, vector_size
-from market.environment.wrappers import MENU, MENU_NAMES, seat_rl_observation, translate
 
-__all__ = ["env", "raw_env", "parallel_env", "Observation", "vector_size", "MENU", "MENU_NAMES",
-           "seat_rl_observation", "translate"]
+__all__ = ["env", "raw_env", "parallel_env", "Observation", "vector_size"]
