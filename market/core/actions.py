@@ -239,7 +239,7 @@ ACTION_CLASSES: dict[str, type[_Action]] = {
 }
 ACTION_TYPES: tuple[str, ...] = tuple(ACTION_CLASSES)
 ActionModel = _Action
-action_adapter: TypeAdapter[Any] = TypeAdapter(Action)
+action_adapter: TypeAdapter[Action] = TypeAdapter(Action)
 _MECHANISM_KEYS = set(MechanismUpdate.model_fields)
 
 
@@ -262,7 +262,7 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_action(raw: Any, designer: bool = False) -> _Action:
+def parse_action(raw: object, designer: bool = False) -> _Action:
     """An action from a model, a dict or JSON text. Raises :class:`ActionParseError` with a fix.
 
     For the designer seat, a dict without ``action_type`` whose keys are mechanism fields (the

@@ -81,10 +81,10 @@ def assign_blocks(jobs: list[Job], blocks: int, plan: dict[str, int], reliabilit
     by_id = {j.job_id: j for j in jobs if runnable(j, reliability)}
     left = blocks
     for job_id, want in plan.items():
-        job = by_id.get(job_id)
-        if job is None or left <= 0:
+        planned = by_id.get(job_id)
+        if planned is None or left <= 0:
             continue
-        give = min(want, job.remaining, left)
+        give = min(want, planned.remaining, left)
         assigned[job_id] = give
         left -= give
     for job in sorted(by_id.values(), key=_edf_key):

@@ -302,7 +302,8 @@ def _vcg_payments(
     from_others = prefix[t] - (own_prefix[start + c] - own_prefix[start])
     all_others = prefix[n_rej] - (own_prefix[end] - own_prefix[start])
     short = units - (n_rej - n_own)
-    return np.where(enough, from_others, all_others + np.maximum(short, 0) * reserve)
+    externality: np.ndarray = np.where(enough, from_others, all_others + np.maximum(short, 0) * reserve)
+    return externality
 
 
 def _clear_vcg(book: _Book) -> Clearing:
@@ -350,7 +351,7 @@ def _water_fill(demand: np.ndarray, capacity: int, priority: np.ndarray) -> np.n
     below = np.searchsorted(sorted_d, levels, side="left")  # bidders with d_i < level
     filled = cum[below] + levels * (demand.size - below)  # sum_i min(d_i, level), non-decreasing
     level = int(np.searchsorted(filled, capacity, side="right")) - 1
-    alloc = np.minimum(demand, level)
+    alloc: np.ndarray = np.minimum(demand, level)
     leftover = capacity - int(filled[level])
     unsatisfied = np.flatnonzero(demand > level)
     first = unsatisfied[np.lexsort((unsatisfied, priority[unsatisfied]))][:leftover]

@@ -164,7 +164,7 @@ def clear_round(
     suspicions = detect_cartels(graph, now)
     result.suspected = [(sorted(s.members), s.score) for s in suspicions]
     if mechanism.collusion_penalty > 0 and mechanism.coalition_policy.startswith("penalize"):
-        for lab in sorted(flagged_labs(suspicions, mechanism.coalition_policy)):
-            if world.labs[lab].active:
-                result.collusion[lab] = pay_operator(world, lab, mechanism.collusion_penalty)
+        for flagged in sorted(flagged_labs(suspicions, mechanism.coalition_policy)):
+            if world.labs[flagged].active:
+                result.collusion[flagged] = pay_operator(world, flagged, mechanism.collusion_penalty)
     return result

@@ -52,7 +52,7 @@ def draw_shocks(scenario: Scenario, rng: np.random.Generator) -> list[Shock]:
     shocks: list[Shock] = []
     entrants = list(range(n_start, n_total))
     for spec in scenario.shocks:
-        target = spec.target
+        target: int | None = spec.target
         if spec.kind in LAB_TARGETED and target is None:
             if spec.kind == "lab_entry":
                 target = entrants.pop(0) if entrants else None
@@ -73,7 +73,7 @@ def draw_shocks(scenario: Scenario, rng: np.random.Generator) -> list[Shock]:
                 continue
             lo, hi = _RANDOM_MAGNITUDE[kind]
             magnitude = round(lo + (hi - lo) * float(u_mag), 3)
-            target: int | None = target_draw if kind in LAB_TARGETED else None
+            target = target_draw if kind in LAB_TARGETED else None
             if kind == "lab_entry":
                 if not entrants:
                     continue
