@@ -3,7 +3,7 @@
 Each decision sends a short system message (the seat's role, the reply rules and the action types
 legal now) and a user message (``Observation.to_prompt()`` plus the JSON schema of the legal
 actions only). The schema also goes to the backend for structured output where the server supports
-it. The reply is parsed leniently (:func:`extract_json`), validated with
+it. The reply is parsed leniently (:func:`agents.llm.parsing.extract_json`), validated with
 :func:`market.core.actions.parse_action` and checked against the phase's legal action types. A reply
 that fails is *repaired*: the model is asked again with the error (at most ``retries`` times);
 after that, or on any backend error or timeout, the agent plays a safe fallback action.
@@ -18,16 +18,11 @@ import asyncio
 import difflib
 import importlib
 import inspect
-import json
-import re
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal, Union
 from urllib.parse import parse_qsl
-
-from pydantic import Field, TypeAdapter
 
 from agents.base import BaseAgent, as_flag
 from agents.llm.backends.base import (
@@ -40,309 +35,25 @@ from agents.llm.backends.base import (
 )
 from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
 from agents.llm.cache import CachedBackend, occurrence_scope
+from agents.llm.parsing import extract_json
+from agents.llm.prompts import Messages, legal_action_schema, prompt_messages, repair_message
+from agents.scripted import truthful_bid
 from market.core.actions import (
-    ACTION_CLASSES,
     ActionModel,
     ActionParseError,
     Bid,
-    MechanismUpdate,
     Wait,
     parse_action,
 )
-from market.environment.observations import Observation
+from market.environment import Observation
 
 Fallback = Literal["safe", "truthful"]
-Messages = list[dict[str, str]]
 STAT_KEYS: tuple[str, ...] = (
     "decisions", "requests", "retries", "parse_failures", "fallbacks", "backend_errors",
     "cache_hits", "prompt_tokens", "completion_tokens", "latency_s", "cost_usd",
     *(f"retries_{reason}" for reason in RETRY_REASONS), "retry_wait_s", "queue_wait_s",
 )
-MAX_REPLY_CHARS = 50_000  # only this much of a reply is searched for JSON
 MAX_ECHO_CHARS = 4_000  # a failed reply is echoed back this long in the repair message
-
-# ---------------------------------------------------------------------------------------------
-# schema of the legal actions
-
-
-def _compact(node: Any, in_properties: bool = False) -> Any:
-    """Drop titles, null/object defaults and discriminator metadata; oneOf -> anyOf.
-
-    Shorter prompts, and a schema every OpenAI-compatible server's constrained decoder accepts.
-    """
-    if isinstance(node, list):
-        return [_compact(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    if in_properties:  # keys are field names here, not schema keywords
-        return {k: _compact(v) for k, v in node.items()}
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key in ("title", "discriminator") or (key == "default" and (value is None or isinstance(value, dict))):
-            continue
-        out["anyOf" if key == "oneOf" else key] = _compact(value, in_properties=key in ("properties", "$defs"))
-    return out
-
-
-def _simplify_field(prop: dict[str, Any]) -> dict[str, Any]:
-    """``X | None`` -> ``X`` (optional fields are simply left out), no huge maxima, no const default."""
-    options = prop.get("anyOf")
-    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
-        rest = {k: v for k, v in prop.items() if k != "anyOf"}
-        prop = {**next(o for o in options if o != {"type": "null"}), **rest}
-        if prop.get("default", 0) is None:
-            del prop["default"]
-    if isinstance(prop.get("maximum"), int | float) and prop["maximum"] >= 1e6:
-        prop = {k: v for k, v in prop.items() if k != "maximum"}
-    # huge length bounds add nothing for a model, and llama.cpp's grammar compiler crashes the
-    # server on them (maxItems 100000 on Bid.bids segfaults llama-cpp-python 0.3.36)
-    for bound in ("maxItems", "maxLength"):
-        if isinstance(prop.get(bound), int) and prop[bound] > 1000:
-            prop = {k: v for k, v in prop.items() if k != bound}
-    if "const" in prop and prop.get("default") == prop["const"]:
-        prop = {k: v for k, v in prop.items() if k != "default"}
-    if isinstance(prop.get("items"), dict):
-        prop = {**prop, "items": _simplify_field(prop["items"])}
-    return prop
-
-
-def _simplify_variant(sub: dict[str, Any]) -> None:
-    """In place: one action's schema as an LLM needs it (no ``agent``, a plain ``reasoning``)."""
-    props = sub.get("properties", {})
-    props.pop("agent", None)
-    if "reasoning" in props:
-        props["reasoning"] = {"type": "string"}
-    for name, prop in props.items():
-        props[name] = _simplify_field(prop)
-    if isinstance(sub.get("description"), str):
-        sub["description"] = sub["description"].replace("``", "`")
-    if "action_type" in props:
-        sub["required"] = ["action_type", *[r for r in sub.get("required", []) if r != "action_type"]]
-
-
-@lru_cache(maxsize=64)
-def _legal_schema(kinds: tuple[str, ...], designer: bool) -> tuple[dict[str, Any], str]:
-    classes = tuple(ACTION_CLASSES[k] for k in kinds if k in ACTION_CLASSES)
-    if not classes:
-        raise ValueError(f"no known action types among {kinds}")
-    union: Any = classes[0] if len(classes) == 1 else Annotated[Union[classes], Field(discriminator="action_type")]  # noqa: UP007
-    if designer:
-        union = Union[union, MechanismUpdate]  # noqa: UP007  (the flat DAEDALUS mechanism form)
-    schema = _compact(TypeAdapter(union).json_schema())
-    for sub in schema.get("$defs", {}).values():
-        _simplify_variant(sub)
-    _simplify_variant(schema)
-    if "anyOf" in schema:  # flatten the designer's anyOf[anyOf[actions], flat form]
-        schema["anyOf"] = [o for item in schema["anyOf"]
-                           for o in (item["anyOf"] if set(item) == {"anyOf"} else [item])]
-    return schema, json.dumps(schema, separators=(",", ":"))
-
-
-def legal_action_schema(legal: list[str] | tuple[str, ...], designer: bool = False) -> dict[str, Any]:
-    """The JSON schema of a discriminated union of only the ``legal`` action types.
-
-    For the designer it also admits the flat DAEDALUS mechanism object (``{"auction_type": ...}``).
-    The result is cached and shared: do not mutate it.
-    """
-    kinds = tuple(k for k in ACTION_CLASSES if k in set(legal))
-    return _legal_schema(kinds, designer)[0]
-
-
-# ---------------------------------------------------------------------------------------------
-# lenient JSON extraction
-
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)```", re.DOTALL)
-_PY_WORDS = {"True": "true", "False": "false", "None": "null"}
-
-
-def _normalise(src: str) -> str:
-    """Near-JSON to JSON: single-quoted strings, trailing commas, // and /* */ comments,
-    Python's True/False/None. Strings are copied as they are (raw newlines stay for strict=False)."""
-    out: list[str] = []
-    i, n = 0, len(src)
-    while i < n:
-        ch = src[i]
-        if ch in "\"'":
-            quote, j, buf = ch, i + 1, []
-            while j < n:
-                c = src[j]
-                if c == "\\" and j + 1 < n:
-                    nxt = src[j + 1]
-                    buf.append("'" if (quote == "'" and nxt == "'") else c + nxt)
-                    j += 2
-                    continue
-                if c == quote:
-                    break
-                buf.append('\\"' if (quote == "'" and c == '"') else c)
-                j += 1
-            out.append('"' + "".join(buf) + '"')
-            i = j + 1
-        elif ch == "/" and src.startswith("//", i):
-            end = src.find("\n", i)
-            i = n if end < 0 else end
-        elif ch == "/" and src.startswith("/*", i):
-            end = src.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        elif ch == ",":
-            k = i + 1
-            while k < n and src[k].isspace():
-                k += 1
-            if not (k < n and src[k] in "}]"):
-                out.append(ch)
-            i += 1
-        elif ch.isalpha() or ch == "_":
-            j = i
-            while j < n and (src[j].isalnum() or src[j] == "_"):
-                j += 1
-            word = src[i:j]
-            out.append(_PY_WORDS.get(word, word))
-            i = j
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-def _balanced_objects(text: str, limit: int = 16) -> list[str]:
-    """Top-level ``{...}`` spans in order (string- and escape-aware), at most ``limit``."""
-    spans: list[str] = []
-    start = text.find("{")
-    while start >= 0 and len(spans) < limit:
-        depth, quote, i, end = 0, "", start, -1
-        while i < len(text):
-            c = text[i]
-            if quote:
-                if c == "\\":
-                    i += 1
-                elif c == quote:
-                    quote = ""
-            elif c in "\"'" and (c == '"' or text[i - 1] in "{[:, \n\t"):
-                quote = c
-            elif c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    end = i
-                    break
-            i += 1
-        if end < 0:
-            start = text.find("{", start + 1)
-            continue
-        spans.append(text[start:end + 1])
-        start = text.find("{", end + 1)
-    return spans
-
-
-def _loads(candidate: str) -> Any:
-    for attempt in (candidate, _normalise(candidate)):
-        try:
-            return json.loads(attempt, strict=False)
-        except (json.JSONDecodeError, RecursionError):
-            continue
-    raise ValueError("not JSON")
-
-
-def extract_json(text: str) -> Any:
-    """The JSON object in a model reply: the whole reply, a fenced code block, or the first
-    balanced ``{...}`` (one that has ``action_type`` preferred), repaired for trailing commas,
-    single quotes, comments and Python literals. Raises :class:`ActionParseError` if none."""
-    text = (text or "")[:MAX_REPLY_CHARS].strip()
-    if not text:
-        raise ActionParseError('the reply was empty; send one JSON object such as {"action_type": "wait"}')
-    candidates = [text, *(m.group(1).strip() for m in _FENCE.finditer(text))]
-    first: dict[str, Any] | None = None
-    seen: set[str] = set()
-    for candidate in [*candidates, *_balanced_objects(text)]:
-        if candidate in seen or "{" not in candidate:
-            continue
-        seen.add(candidate)
-        try:
-            value = _loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            value = value[0]
-        if isinstance(value, dict):
-            if "action_type" in value:
-                return value
-            first = value if first is None else first
-    if first is not None:
-        return first
-    snippet = text[:80].replace("\n", " ")
-    raise ActionParseError(
-        f"no JSON object found in the reply ({snippet!r}...); send one JSON object such as "
-        '{"action_type": "wait"} and nothing else'
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# prompts
-
-_GOALS = {
-    "bidder": (
-        "You are an AI lab that needs GPU blocks for its jobs. Your reward is the value of the jobs "
-        "you complete by their deadlines minus the credits you pay; invalid actions and talk cost a "
-        "little."
-    ),
-    "designer": (
-        "You are the market operator and choose the auction mechanism. Your reward combines "
-        "allocative efficiency (welfare), fairness, participation, price stability and revenue."
-    ),
-}
-_PHASE_HINTS = {
-    "design": (
-        'To change the mechanism send {"action_type": "set_mechanism", "mechanism": {...only the '
-        'fields to change...}} (the flat form {"auction_type": "vcg", "reserve_price": 8} is accepted '
-        'too); {"action_type": "wait"} keeps the mechanism in force.'
-    ),
-    "bidding": (
-        'A bid lists one marginal bid per block wanted, highest first (non-increasing), within your '
-        'budget, e.g. {"action_type": "bid", "bids": [30, 25]}; {"action_type": "bid", "bids": []} '
-        "abstains."
-    ),
-    "negotiation": (
-        "Use only seat, offer, job and coalition ids that appear in the observation; "
-        '{"action_type": "wait"} passes.'
-    ),
-}
-
-
-def system_message(obs: Observation) -> str:
-    return "\n".join([
-        f"You play seat {obs.seat} ({obs.role}) in a multi-round GPU capacity market. {_GOALS[obs.role]}",
-        'Rules: reply with ONE JSON object, a single action with an "action_type" field, and nothing '
-        'else: no prose, no code fences. You may add a short "reasoning" string to the object.',
-        f"Legal action types now ({obs.phase} phase): {', '.join(obs.legal_actions)}.",
-        _PHASE_HINTS.get(obs.phase, ""),
-    ]).strip()
-
-
-def user_message(obs: Observation) -> str:
-    schema_text = _legal_schema(
-        tuple(k for k in ACTION_CLASSES if k in set(obs.legal_actions)), obs.role == "designer"
-    )[1]
-    return f"{obs.to_prompt()}\n\nYour reply must be one JSON object matching this JSON schema:\n{schema_text}"
-
-
-def prompt_messages(obs: Observation) -> Messages:
-    """The chat messages of one decision's first request: the system and the user message.
-
-    The single source of the LLM prompt: ``LLMAgent`` sends it and ``market.train.training_data``
-    renders scripted seats' decisions with it."""
-    return [
-        {"role": "system", "content": system_message(obs)},
-        {"role": "user", "content": user_message(obs)},
-    ]
-
-
-def repair_message(error: str, obs: Observation) -> str:
-    return (
-        f"That reply could not be used: {error}\n"
-        f"Reply again with ONE JSON object (legal action types now: {', '.join(obs.legal_actions)}) "
-        "and nothing else."
-    )
-
 
 # ---------------------------------------------------------------------------------------------
 # the agent
@@ -460,8 +171,6 @@ class LLMAgent(BaseAgent):
         legal = obs.legal_actions
         if obs.phase == "bidding" and "bid" in legal:
             if self.fallback == "truthful" and obs.role == "bidder":
-                from agents.scripted import truthful_bid
-
                 return truthful_bid(obs)
             return Bid(bids=[])
         return Wait()

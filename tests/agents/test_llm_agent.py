@@ -13,11 +13,13 @@ import pytest
 
 import market
 from agents.base import BaseAgent
-from agents.llm.agent import LLMAgent, extract_json, legal_action_schema
+from agents.llm.agent import LLMAgent
 from agents.llm.backends.base import BackendError, Completion, RequestLimiter
 from agents.llm.backends.openai_backend import OpenAIBackend
 from agents.llm.backends.pool import Budget
 from agents.llm.cache import CachedBackend, cache_key
+from agents.llm.parsing import extract_json
+from agents.llm.prompts import legal_action_schema
 from agents.registry import AgentSpecError, make_agent
 from agents.scripted import truthful_bid
 from market.bench.fake_openai_server import FakeOpenAIServer, Reply

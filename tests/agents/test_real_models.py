@@ -257,8 +257,8 @@ def test_hf_backend_paths(tmp_path: Path) -> None:
 
 
 def test_schema_guide_on_action_schemas() -> None:
-    from agents.llm.agent import legal_action_schema
-    from agents.llm.backends.hf_backend import json_object_end, schema_guide
+    from agents.llm.backends.guided import json_object_end, schema_guide
+    from agents.llm.prompts import legal_action_schema
 
     prefix, values = schema_guide(legal_action_schema(["bid", "wait", "finish"]))
     assert prefix == '{"action_type": "' and values == ["bid", "wait", "finish"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import importlib.util
 import ipaddress
 import logging
 import os
@@ -85,9 +86,7 @@ def is_local_url(url: str | None) -> bool:
 @lru_cache(maxsize=1)
 def aiohttp_available() -> bool:
     """True when the openai client can use its aiohttp transport (the ``aiohttp`` package)."""
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("aiohttp") is None:
         return False
     return hasattr(openai, "DefaultAioHttpClient")
 
