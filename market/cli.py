@@ -627,7 +627,7 @@ def _cmd_export_sft(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from market.record.replay import run_cli
+    from market.record.replay_cli import run_cli
 
     return run_cli(args)
 

@@ -26,16 +26,21 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from market.record.transcript import (
-    Footer,
-    RoundSummary,
-    StepEvent,
+from agents.llm.judge import make_judge
+from market.core import settlement
+from market.core.judge import JudgeHistory, Verdict
+from market.environment.aec import raw_env
+from market.record.reader import (
     Transcript,
-    TranscriptError,
     decode_action,
-    jsonable,
+    decode_number,
     read_transcript,
 )
+from market.record.schema import Footer, RoundSummary, StepEvent, TranscriptError
+from market.record.writer import jsonable
+from market.run.rollout import Tally, run_episode
+from scenarios import builtin_names, load_scenario
+from scenarios.schema import RUN_ONLY_KEYS, Scenario
 
 
 @dataclass
@@ -120,9 +125,9 @@ def first_difference(expected: Any, actual: Any, path: str = "") -> tuple[str, A
     return None
 
 
-def _scenario(t: Transcript) -> Any:
-    from scenarios.schema import Scenario
-
+def scenario_of(t: Transcript) -> Scenario:
+    """The recorded resolved scenario, validated; a :class:`TranscriptError` when this
+    gpumarket no longer accepts it."""
     try:
         return Scenario.model_validate(t.header.scenario)
     except ValidationError as exc:
@@ -134,7 +139,8 @@ def _scenario(t: Transcript) -> Any:
         ) from None
 
 
-def _obs_digest(obs: Any) -> str:
+def obs_digest(obs: Any) -> str:
+    """The 16-hex SHA-256 digest of an observation, as the recorder writes ``obs_digest``."""
     data = obs.model_dump_json() if isinstance(obs, BaseModel) else repr(obs)
     return hashlib.sha256(data.encode("utf-8", errors="replace")).hexdigest()[:16]
 
@@ -142,10 +148,8 @@ def _obs_digest(obs: Any) -> str:
 def rebuild_env(t: Transcript) -> tuple[Any, bool]:
     """A fresh env reset to the recorded episode's start: the header's resolved scenario and seed.
     An LLM judge is replaced by its recorded verdicts (no model is called); the flag says so."""
-    from market.environment.aec import raw_env
-
     h = t.header
-    scenario = _scenario(t)
+    scenario = scenario_of(t)
     recorded_judge = not str(getattr(scenario, "judge", "rule")).startswith("rule")
     if recorded_judge:
         scenario = scenario.model_copy(update={"judge": "rule"})
@@ -185,8 +189,6 @@ def replay(
     edited, newer schema, or incomplete without ``partial``); a divergence is not an exception
     but ``report.mismatch``.
     """
-    from market.run.rollout import _Tally
-
     began = time.perf_counter()
     t = _load(source, partial, verify)
     h = t.header
@@ -205,7 +207,7 @@ def replay(
         report.notes.append(
             f"judge {h.judge}: its recorded verdicts were replayed (no model called)"
         )
-    tally = _Tally()
+    tally = Tally()
     obs_cache: dict[str, tuple[Any, str]] = {}
     rounds = 0
 
@@ -235,7 +237,7 @@ def replay(
                 return fail(line, ev, "live", ev.live, live)
             if check_observations and live and ev.obs_digest is not None:
                 cached = obs_cache.get(seat)
-                digest = cached[1] if cached is not None and cached[0] is obs else _obs_digest(obs)
+                digest = cached[1] if cached is not None and cached[0] is obs else obs_digest(obs)
                 obs_cache[seat] = (obs, digest)
                 if digest != ev.obs_digest:
                     return fail(line, ev, "obs_digest", ev.obs_digest, digest)
@@ -319,9 +321,6 @@ def rerecord(path: str | Path, out: str | Path | None = None) -> tuple[Path, Any
     place). A built-in scenario is taken from the current built-in file, so ``replay --update``
     also picks up deliberate scenario changes; other scenarios from the recorded header.
     Returns (path, EpisodeResult)."""
-    from market.run.rollout import run_episode
-    from scenarios import builtin_names, load_scenario
-
     path = Path(path)
     t = read_transcript(path, verify=False)
     h = t.header
@@ -337,7 +336,7 @@ def rerecord(path: str | Path, out: str | Path | None = None) -> tuple[Path, Any
             "(record it with 'gpumarket run' instead)"
         )
     scenario = (
-        load_scenario(h.scenario_name) if h.scenario_name in builtin_names() else _scenario(t)
+        load_scenario(h.scenario_name) if h.scenario_name in builtin_names() else scenario_of(t)
     )
     target = Path(out) if out is not None else path
     tmp = target.with_name(target.name + ".new.jsonl")
@@ -363,9 +362,6 @@ def rerecord(path: str | Path, out: str | Path | None = None) -> tuple[Path, Any
 def builtin_drift(t: Transcript) -> str | None:
     """If the transcript's scenario is a built-in whose current file differs from the recorded
     resolved scenario, a message naming the first differing key; else None."""
-    from scenarios import builtin_names, load_scenario
-    from scenarios.schema import RUN_ONLY_KEYS
-
     name = t.header.scenario_name
     if name not in builtin_names():
         return None
@@ -379,12 +375,6 @@ def builtin_drift(t: Transcript) -> str | None:
         f"built-in scenario {name!r} changed since this transcript was recorded ({diff[0]}: "
         f"recorded {diff[1]!r}, now {diff[2]!r}); re-record with 'gpumarket replay --update'"
     )
-
-
-def _num(x: Any) -> float:
-    if isinstance(x, str):
-        return float({"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}.get(x, x))
-    return float(x)
 
 
 class RecordedJudge:
@@ -406,8 +396,6 @@ class RecordedJudge:
         return "recorded verdicts"
 
     def score(self, pitch: Any, lab: Any, context: Any) -> Any:
-        from market.core.judge import Verdict
-
         v = self._verdicts.get((context.round, lab.seat))
         if v is None:
             return Verdict(
@@ -419,8 +407,8 @@ class RecordedJudge:
             )
         fields = {
             "lab": lab.index,
-            "scores": {k: _num(x) for k, x in (v.get("scores") or {}).items()},
-            "total": _num(v.get("score", 0.0)),
+            "scores": {k: decode_number(x) for k, x in (v.get("scores") or {}).items()},
+            "total": decode_number(v.get("score", 0.0)),
             "granted": 0,
             "rationale": v.get("rationale", ""),
             "kind": v.get("judge", "llm"),
@@ -450,8 +438,6 @@ def load_judge(spec: str) -> Any:
         if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "score")):
             obj = obj()
     else:
-        from agents.llm.judge import make_judge
-
         try:
             obj = make_judge(spec)
         except Exception as exc:
@@ -466,9 +452,6 @@ def _shadow_judge(other: Any, sink: list[tuple[list[Any], Any]]) -> Iterator[Non
     """Each time the market allocates the judge pool, also allocates it with ``other`` (and its
     own committee record) on the identical state; the market keeps the original verdicts.
     Collects (original verdicts, other's verdicts or the exception it raised)."""
-    from market.core import settlement
-    from market.core.judge import JudgeHistory
-
     original = settlement.allocate_judge_pool
     signature = inspect.signature(original)
     if not {"judge", "history"} <= set(signature.parameters):
@@ -556,7 +539,9 @@ def rejudge(source: Transcript | str | Path, spec: str, *, partial: bool = False
 # ---------------------------------------------------------------------------------------------
 # the `gpumarket replay` command
 # ---------------------------------------------------------------------------------------------
-def _replay_files(paths: list[Path]) -> list[Path]:
+def transcript_files(paths: list[Path]) -> list[Path]:
+    """The transcripts that ``paths`` name: files as given, every ``*.jsonl`` of a folder (in
+    episode order), the ``transcripts/`` folder of a run folder."""
     files: list[Path] = []
     for p in paths:
         if p.is_dir() and (p / "run.json").is_file() and (p / "transcripts").is_dir():
@@ -566,100 +551,3 @@ def _replay_files(paths: list[Path]) -> list[Path]:
         else:
             files.append(p)
     return files
-
-
-def run_cli(args: Any) -> int:
-    """``gpumarket replay``: 0 all exact, 1 a replay diverged, 2 a file could not be used."""
-    import sys
-
-    files = _replay_files(args.files)
-    if not files:
-        where = ", ".join(map(str, args.files))
-        print(f"gpumarket replay: no *.jsonl transcripts in {where}", file=sys.stderr)
-        return 2
-    status = 0
-    for path in files:
-        rj: RejudgeReport | None = None
-        try:
-            if args.update:
-                target, result = rerecord(path)
-                print(f"re-recorded {target}: {result.steps} steps")
-            t = read_transcript(path, verify=not args.ignore_digests)
-            if args.rejudge:
-                rj = rejudge(t, args.rejudge, partial=args.partial)
-                report = rj.replay
-            else:
-                report = replay(t, partial=args.partial)
-        except TranscriptError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            status = max(status, 2)
-            continue
-        for note in report.notes:
-            print(f"note: {note}")
-        drift = builtin_drift(t)
-        if drift:
-            print(f"note: {drift}")
-        print(report.describe())
-        if args.rounds:
-            print_rounds(report.round_log)
-        if rj is not None:
-            print_rejudge(rj)
-        if not report.ok:
-            status = max(status, 1)
-    return status
-
-
-def print_rounds(round_log: list[dict[str, Any]]) -> None:
-    """A terminal table of the rounds: mechanism, clearing, welfare, judge grants, shocks."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="rounds")
-    for col in (
-        "round",
-        "mechanism",
-        "reserve",
-        "price",
-        "sold",
-        "revenue",
-        "welfare",
-        "grants",
-        "shocks",
-    ):
-        table.add_column(col)
-    for r in round_log:
-        grants = [f"{v['lab']}:{v['granted']}" for v in r.get("judge", []) if v.get("granted")]
-        table.add_row(
-            str(r["round"]),
-            str(r["mechanism"].get("auction_type")),
-            f"{r['reserve']:.2f}",
-            f"{r['price']:.2f}",
-            str(r["sold"]),
-            f"{r['revenue']:.2f}",
-            f"{r['designer'].get('welfare_ratio', float('nan')):.3f}",
-            ", ".join(grants) or "-",
-            str(len(r.get("shocks", []))),
-        )
-    Console().print(table)
-
-
-def print_rejudge(rj: RejudgeReport) -> None:
-    """Per judged round and lab: old -> new score and grant (``*`` marks a changed grant)."""
-
-    def fmt(x: float | None) -> str:
-        return "-" if x is None else f"{x:.3f}"
-
-    print(
-        f"rejudge with {rj.judge}: {len(rj.rounds)} judged round(s), {rj.changed} grant(s) change"
-    )
-    for r in rj.rounds:
-        if "error" in r:
-            print(f"  round {r['round']}: the judge failed: {r['error']}")
-            continue
-        for v in r["verdicts"]:
-            (s0, s1), (g0, g1) = v["score"], v["granted"]
-            mark = "  " if g0 == g1 else "* "
-            print(
-                f"  {mark}round {r['round']} {v['lab']}: score {fmt(s0)} -> {fmt(s1)}, "
-                f"granted {g0} -> {g1}"
-            )

@@ -249,8 +249,9 @@ def _build_agents(sc: Scenario, seats: Mapping[str, Any] | None) -> tuple[dict[s
     return specs, agents
 
 
-class _Tally:
-    """Per-seat returns, reward components, invalid actions and agent failures of one episode."""
+class Tally:
+    """Per-seat returns, reward components, invalid actions and agent failures of one episode
+    (also kept by replay)."""
 
     def __init__(self) -> None:
         self.returns: dict[str, float] = defaultdict(float)
@@ -344,7 +345,7 @@ class _Episode:
         env.reset(seed=seed)
         for seat, agent in self.agents.items():
             agent.reset(env.seat_seed(seat))
-        self.tally = _Tally()
+        self.tally = Tally()
         self.recorder = _recorder(transcript, env, seed, self.specs, self.agents, digest_every)
 
     def turns(self) -> Iterator[tuple[str, Any, bool]]:

@@ -47,6 +47,7 @@ from market.record.transcript import (
     Transcript,
     TranscriptError,
     decode_action,
+    decode_number,
     jsonable,
     read_transcript,
 )
@@ -61,14 +62,14 @@ HORIZONS = ("step", "round", "episode", "steps:N", "rounds:N")
 def transcript_files(sources: Iterable[str | Path]) -> list[Path]:
     """Transcript files from files, folders of ``*.jsonl`` and run folders (as ``replay``).
     Raises :class:`TranscriptError` for a missing path or a folder without transcripts."""
-    from market.record.replay import _replay_files
+    from market.record.replay import transcript_files
 
     files: list[Path] = []
     for src in sources:
         path = Path(src)
         if not path.exists():
             raise TranscriptError(f"{path}: no such file or folder")
-        found = _replay_files([path])
+        found = transcript_files([path])
         if not found:
             raise TranscriptError(f"{path}: no *.jsonl transcripts in this folder")
         files += found
@@ -83,12 +84,6 @@ def load_transcript(path: str | Path, partial: bool = False) -> Transcript:
             f"{path}: {t.incomplete}; pass --partial to export the complete steps"
         )
     return t
-
-
-def _num(x: Any) -> float:
-    if isinstance(x, str):
-        return float({"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}.get(x, x))
-    return float(x)
 
 
 def _is_llm_seat(t: Transcript, seat: str) -> bool:
@@ -118,7 +113,7 @@ class _Replayer:
 
     def observe(self) -> tuple[StepEvent, Any, bool]:
         """(the next recorded step, the observation its seat acts on, whether the seat is live)."""
-        from market.record.replay import _obs_digest
+        from market.record.replay import obs_digest
 
         ev, env = self.t.steps[self.next], self.env
         if not env.agents:
@@ -129,8 +124,8 @@ class _Replayer:
                 raise self._diverged(ev, name, getattr(ev, name), live_value)
         obs, _, terminated, truncated, _ = env.last()
         live = not (terminated or truncated)
-        if live and ev.obs_digest is not None and _obs_digest(obs) != ev.obs_digest:
-            raise self._diverged(ev, "obs_digest", ev.obs_digest, _obs_digest(obs))
+        if live and ev.obs_digest is not None and obs_digest(obs) != ev.obs_digest:
+            raise self._diverged(ev, "obs_digest", ev.obs_digest, obs_digest(obs))
         return ev, obs, live
 
     def advance(self, agents: Mapping[str, Any] | None = None) -> None:
@@ -191,9 +186,9 @@ def _round_closers(t: Transcript) -> list[int]:
 def _returns(t: Transcript) -> tuple[list[dict[str, float]], dict[str, float]]:
     """Per-step seat rewards, and each seat's episode return (the footer's; summed for a cut
     file)."""
-    per_step = [{s: _num(v) for s, v in ev.rewards.items()} for ev in t.steps]
+    per_step = [{s: decode_number(v) for s, v in ev.rewards.items()} for ev in t.steps]
     if t.footer is not None and t.complete:
-        totals = {s: _num(v) for s, v in t.footer.returns.items()}
+        totals = {s: decode_number(v) for s, v in t.footer.returns.items()}
     else:
         totals = {}
         for rewards in per_step:
@@ -676,10 +671,10 @@ class EnvReward:
 
     def seat_specs(self, t: Transcript, trained: str) -> dict[str, str]:
         """The spec that plays each seat after the decision (see the class docstring)."""
-        from market.record.replay import _scenario
+        from market.record.replay import scenario_of
         from market.run.rollout import default_seats
 
-        defaults = default_seats(_scenario(t))
+        defaults = default_seats(scenario_of(t))
         specs: dict[str, str] = {}
         for seat, spec in t.header.seats.items():
             if seat == trained and self.continuation is not None:

@@ -1,0 +1,412 @@
+"""Writing transcripts: records encoded as JSON lines (non-finite numbers as strings, actions as
+recorded), the digest-chained crash-safe :class:`TranscriptWriter`, the :class:`EpisodeRecorder`
+that the runner drives around every ``env.step``, and :func:`rewrite` (re-chain edited records).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from market.core import judge
+from market.core.actions import ActionParseError, parse_action
+from market.core.seats import DESIGNER
+from market.record.schema import (
+    GENESIS,
+    SCHEMA_VERSION,
+    ActionKind,
+    NonFinite,
+    TranscriptError,
+    package_version,
+)
+
+
+def _nonfinite(x: float) -> NonFinite:
+    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+
+
+def _key(k: Any) -> str:
+    """A dict key as ``json.dumps`` writes it."""
+    if isinstance(k, str):
+        return k
+    if isinstance(k, bool) or k is None:
+        return json.dumps(k)
+    if isinstance(k, int | float):
+        return json.dumps(k) if not isinstance(k, float) or math.isfinite(k) else _nonfinite(k)
+    return str(k)
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` as plain JSON data: numpy scalars/arrays, tuples, sets, models and dataclasses
+    converted, dict keys made strings, non-finite floats written as strings, anything else repr'd.
+    Finite floats are kept as floats, so they round-trip through JSON exactly."""
+    if x is None or isinstance(x, bool | str | int):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else _nonfinite(x)
+    if isinstance(x, dict):
+        return {_key(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [jsonable(v) for v in x]
+    if isinstance(x, set | frozenset):
+        return sorted((jsonable(v) for v in x), key=repr)
+    if isinstance(x, BaseModel):
+        return jsonable(x.model_dump(mode="python"))
+    if hasattr(x, "tolist") and hasattr(x, "dtype"):  # numpy scalar or array
+        return jsonable(x.tolist())
+    if hasattr(x, "__dataclass_fields__"):
+        return jsonable({k: getattr(x, k) for k in x.__dataclass_fields__})
+    return repr(x)
+
+
+def encode_action(action: Any, designer: bool = False) -> tuple[ActionKind, Any]:
+    """(kind, value): the action exactly as the env will receive it, as JSON (see StepEvent)."""
+    if action is None:
+        return "none", None
+    if isinstance(action, bytes | bytearray):
+        return "text", bytes(action).decode("utf-8", errors="replace")  # as parse_action does
+    if isinstance(action, str):
+        return "text", action
+    if isinstance(action, BaseModel):
+        return "model", action.model_dump(mode="json")
+    if type(action) in (dict, list, int, float, bool):
+        try:
+            text = json.dumps(action, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            pass
+        else:
+            if json.loads(text) == action:  # tuples, numpy ints and the like fall through
+                return "json", action
+    try:
+        parsed = parse_action(action, designer=designer)
+    except ActionParseError:
+        return "opaque", repr(action)[:500]
+    except Exception:  # an agent's object whose methods raise: still never fail the recording
+        return "opaque", f"<unprintable {type(action).__name__}>"
+    return "model", parsed.model_dump(mode="json")
+
+
+def _digest_line(body: str) -> tuple[str, str]:
+    """(digest, line) for a record serialised as ``body`` (ending in ``"prev":"..."}``)."""
+    digest = hashlib.sha256(body.encode("ascii")).hexdigest()
+    return digest, f'{body[:-1]},"digest":"{digest}"}}\n'
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    """One JSON line; the same text as dumping ``jsonable(record)``, but it only walks the data in
+    Python when the C encoder meets something it cannot write (non-finite floats, numpy keys)."""
+    try:
+        return json.dumps(
+            record, ensure_ascii=True, allow_nan=False, separators=(",", ":"), default=jsonable
+        )
+    except (ValueError, TypeError):
+        return json.dumps(
+            jsonable(record), ensure_ascii=True, allow_nan=False, separators=(",", ":")
+        )
+
+
+class TranscriptWriter:
+    """Appends chained records to a JSONL file, flushing every record (fsync on :meth:`sync`).
+
+    A crash or Ctrl-C leaves every record already written intact; the record in flight is at
+    worst a cut-off last line, which :func:`read_transcript` reports as incomplete.
+    """
+
+    def __init__(self, path: str | Path, sync_interval: float = 1.0) -> None:
+        self.path = Path(path)
+        self.sync_interval = sync_interval
+        self._synced = time.monotonic()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: io.TextIOWrapper | None = open(self.path, "w", encoding="ascii", newline="\n")  # noqa: SIM115
+        self._prev = GENESIS
+        self._file_hash = hashlib.sha256()
+        self.records = 0
+
+    def write(self, record: dict[str, Any]) -> str:
+        """Write one record (a dict of JSON data with a ``type``); returns its digest."""
+        if self._fh is None:
+            raise TranscriptError(f"{self.path}: transcript already closed")
+        record = dict(record)
+        record.pop("digest", None)
+        record["prev"] = self._prev
+        digest, line = _digest_line(_dumps(record))
+        self._fh.write(line)
+        self._fh.flush()
+        self._file_hash.update(line.encode("ascii"))
+        self._prev = digest
+        self.records += 1
+        return digest
+
+    def sync(self, force: bool = False) -> None:
+        """fsync, at most every ``sync_interval`` seconds unless ``force`` (called at round ends
+        and on close). Every record is flushed to the OS as written, which is all a process crash
+        or Ctrl-C needs; fsync also bounds what an OS crash or power loss can take."""
+        if self._fh is None:
+            return
+        self._fh.flush()
+        now = time.monotonic()
+        if force or now - self._synced >= self.sync_interval:
+            os.fsync(self._fh.fileno())
+            self._synced = now
+
+    def footer(self, record: dict[str, Any]) -> str:
+        record = {**record, "type": "footer", "file_sha256": self._file_hash.hexdigest()}
+        digest = self.write(record)
+        self.close()
+        return digest
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self.sync()
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> TranscriptWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _judge_version() -> str:
+    return str(getattr(judge, "JUDGE_VERSION", "unknown"))
+
+
+def _judge_name(env: Any) -> str:
+    """``rule/rubric-1`` or ``llm/rubric-1/MODEL``: the env's judge, else the judge version."""
+    judge = getattr(env, "judge", None)
+    try:
+        return str(judge.describe()) if judge is not None else _judge_version()
+    except Exception:  # pragma: no cover - a judge without describe()
+        return _judge_version()
+
+
+def seat_spec(spec: Any, agent: Any) -> dict[str, Any]:
+    """The header's description of a seat: spec, agent name, kind (llm/scripted) and model."""
+    name = getattr(agent, "name", type(agent).__name__)
+    text = spec if isinstance(spec, str) else str(name)
+    is_llm = text.startswith("llm:") or hasattr(agent, "last_exchange")
+    model = getattr(agent, "model", None) if is_llm else None
+    return {
+        "spec": text,
+        "name": str(name),
+        "kind": "llm" if is_llm else "scripted",
+        "model": model if isinstance(model, str) else None,
+        "rebuildable": isinstance(spec, str),
+    }
+
+
+class EpisodeRecorder:
+    """Records one episode as the runner plays it: ``before_step``/``after_step`` around every
+    ``env.step``, then ``finish``.
+
+    ``digest_every``: the observation and state digests are recorded every N steps (the state
+    digest also after every round end); 1, the default, records them at every step.
+    ``sync_interval``: fsync at round ends at most this often (seconds); see TranscriptWriter.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        env: Any,
+        seed: int,
+        specs: dict[str, Any],
+        agents: dict[str, Any],
+        digest_every: int = 1,
+        sync_interval: float = 1.0,
+    ) -> None:
+        if digest_every < 1:
+            raise ValueError(f"digest_every must be at least 1, got {digest_every}")
+        self.env = env
+        self.agents = agents
+        self.digest_every = digest_every
+        self.writer = TranscriptWriter(path, sync_interval)
+        self.path = self.writer.path
+        self.steps = 0
+        self._rounds = 0
+        self._obs: dict[str, tuple[Any, str]] = {}
+        self._exchange: dict[str, Any] = {}
+        self._tokens: dict[str, dict[str, float]] = {
+            s: self._token_stats(a) for s, a in agents.items()
+        }
+        self._pending: dict[str, Any] | None = None
+        sc = env.scenario
+        self.writer.write(
+            {
+                "type": "header",
+                "schema_version": SCHEMA_VERSION,
+                "package": "gpumarket",
+                "package_version": package_version(),
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "python": platform.python_version(),
+                "platform": sys.platform,
+                "scenario_name": sc.name,
+                "scenario": sc.model_dump(mode="json"),
+                "seed": int(seed),
+                "seats": {s: seat_spec(specs.get(s, a), a) for s, a in agents.items()},
+                "possible_agents": list(env.possible_agents),
+                "judge": _judge_name(env),
+                "digest_every": digest_every,
+            }
+        )
+
+    @staticmethod
+    def _token_stats(agent: Any) -> dict[str, float]:
+        stats = getattr(agent, "stats", None) or {}
+        return {
+            k: float(v) for k, v in stats.items() if "token" in k and isinstance(v, int | float)
+        }
+
+    def _obs_digest(self, seat: str, obs: Any) -> str | None:
+        if obs is None:
+            return None
+        cached = self._obs.get(seat)
+        if cached is not None and cached[0] is obs:  # the env reuses unchanged observations
+            return cached[1]
+        try:
+            data = obs.model_dump_json() if isinstance(obs, BaseModel) else repr(obs)
+        except Exception:  # pragma: no cover - an exotic observation must not stop recording
+            data = repr(obs)
+        digest = hashlib.sha256(data.encode("utf-8", errors="replace")).hexdigest()[:16]
+        self._obs[seat] = (obs, digest)
+        return digest
+
+    def before_step(
+        self,
+        seat: str,
+        obs: Any,
+        action: Any,
+        live: bool,
+        latency: float | None = None,
+        agent_error: str | None = None,
+    ) -> None:
+        """Call just before ``env.step(action)``; records what the seat saw and did."""
+        env = self.env
+        kind, value = encode_action(action, designer=seat == DESIGNER)
+        event: dict[str, Any] = {
+            "type": "step",
+            "i": self.steps,
+            "seat": seat,
+            "round": int(env.round),
+            "phase": env.phase,
+            "live": live,
+            "obs_digest": self._obs_digest(seat, obs)
+            if live and self.steps % self.digest_every == 0
+            else None,
+            "action_kind": kind,
+            "action": value,
+        }
+        agent = self.agents.get(seat)
+        # after an agent error or timeout the exchange and stats may belong to a call that is
+        # still running (on a worker thread): record them only for a decision that returned
+        if live and agent is not None and agent_error is None:
+            exchange = getattr(agent, "last_exchange", None)
+            if isinstance(exchange, dict) and exchange is not self._exchange.get(seat):
+                self._exchange[seat] = exchange
+                try:
+                    event["llm"] = jsonable(exchange)
+                except RecursionError:
+                    event["llm"] = {
+                        "error": "last_exchange could not be recorded (nested too deep)"
+                    }
+            now = self._token_stats(agent)
+            before = self._tokens.get(seat, {})
+            delta = {k: v - before.get(k, 0.0) for k, v in now.items() if v != before.get(k, 0.0)}
+            if delta:
+                event["tokens"] = delta
+            self._tokens[seat] = now
+            if latency is not None:
+                event["latency_s"] = round(latency, 6)
+        if agent_error is not None:
+            event["agent_error"] = agent_error[:1000]
+        self._pending = event
+
+    def after_step(self) -> None:
+        """Call right after ``env.step``; writes the step event and any round summary."""
+        env, event = self.env, self._pending
+        if event is None:
+            raise RuntimeError("after_step without before_step")
+        self._pending = None
+        seat = event["seat"]
+        info = env.infos.get(seat, {}) if event["live"] else {}
+        event["info"] = {k: info[k] for k in ("action", "result", "error") if k in info}
+        rewards = {a: r for a, r in env.rewards.items() if r != 0.0}
+        event["rewards"] = rewards
+        event["components"] = {
+            a: env.infos.get(a, {}).get("reward_components", {}) for a in rewards
+        }
+        round_closed = len(env.round_log) > self._rounds
+        if round_closed or self.steps % self.digest_every == 0 or env.phase == "done":
+            event["state_digest"] = env.state_digest()
+        self.writer.write(event)
+        while self._rounds < len(env.round_log):
+            entry = env.round_log[self._rounds]
+            self.writer.write(
+                {
+                    "type": "round",
+                    "i": self.steps,
+                    "round": int(entry.get("round", self._rounds)),
+                    "summary": entry,
+                }
+            )
+            self._rounds += 1
+        if round_closed:
+            self.writer.sync()
+        self.steps += 1
+
+    def finish(self, result: Any | None = None, error: BaseException | None = None) -> None:
+        """Write the footer: ``complete`` with the episode's totals, or ``aborted`` on ``error``."""
+        if self.writer._fh is None:
+            return
+        record: dict[str, Any] = {
+            "status": "complete" if error is None else "aborted",
+            "steps": self.steps,
+            "rounds": self._rounds,
+        }
+        if error is not None:
+            record["error"] = f"{type(error).__name__}: {error}"[:1000]
+        if result is not None:
+            record.update(
+                returns=jsonable(result.returns),
+                components=jsonable(result.components),
+                invalid_actions=jsonable(result.invalid_actions),
+                agent_errors=jsonable(result.agent_errors),
+                agent_stats=jsonable(result.agent_stats),
+                seconds=round(result.seconds, 6),
+            )
+        self.writer.footer(record)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def rewrite(path: str | Path, records: list[dict[str, Any]]) -> Path:
+    """Write ``records`` as a freshly chained transcript (current schema; the footer's file
+    digest is recomputed). Used to upgrade old files and by tests to forge consistent edits."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    writer = TranscriptWriter(tmp)
+    try:
+        for record in records:
+            record = {k: v for k, v in record.items() if k not in ("prev", "digest")}
+            if record.get("type") == "header":
+                record["schema_version"] = SCHEMA_VERSION
+            if record.get("type") == "footer":
+                writer.footer(record)
+            else:
+                writer.write(record)
+    finally:
+        writer.close()
+    os.replace(tmp, path)
+    return path
