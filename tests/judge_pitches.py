@@ -25,7 +25,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from market.core.judge import ClaimedPitch, Judge, JudgeContext, RuleJudge, Verdict
+from market.core.claims import ClaimedPitch, JudgeContext
+from market.core.judge import Judge, RuleJudge, Verdict
 from market.core.negotiation import Pitch
 from market.core.world import Job, Lab
 

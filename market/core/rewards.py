@@ -13,10 +13,11 @@ raised to its scenario weight) plus an optional revenue term.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
-from scenarios.schema import DESIGNER_WEIGHTS
+from scenarios.schema import DESIGNER_WEIGHTS, DesignerWeight
 
 LAB_COMPONENTS: tuple[str, ...] = (
     "job_value",
@@ -84,11 +85,11 @@ def designer_composite(
     fairness: float,
     participation: float,
     stability_: float,
-    weights: dict[str, float],
+    weights: Mapping[DesignerWeight, float],
     revenue_norm: float = 0.0,
     revenue_weight: float = 0.0,
 ) -> float:
-    parts = {"welfare_ratio": welfare_ratio, "fairness": fairness, "participation": participation, "stability": stability_}
+    parts: dict[DesignerWeight, float] = {"welfare_ratio": welfare_ratio, "fairness": fairness, "participation": participation, "stability": stability_}
     composite = 1.0
     for name, value in parts.items():
         composite *= max(0.0, value) ** weights.get(name, 1.0)

@@ -32,20 +32,18 @@ from support import ScriptedAgent, WaitAgent, craft, job, make_env, run_episode
 from agents.llm.backends.base import BackendError, Completion
 from agents.llm.judge import JudgeSpecError, LLMJudge, LLMScores, make_judge
 from market.core.actions import CounterPitch, MakePitch
+from market.core.claims import JudgeContext, inspect_text, true_urgency
 from market.core.judge import (
     DIMENSIONS,
-    FALSE_CLAIM_REPUTATION_LOSS,
     RUBRIC_VERSION,
     Judge,
-    JudgeContext,
     JudgeHistory,
     RuleJudge,
     Verdict,
     allocate_judge_pool,
-    inspect_text,
-    true_urgency,
 )
 from market.core.negotiation import Pitch
+from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS
 from market.core.world import Job, Lab
 from scenarios import load_scenario
 
