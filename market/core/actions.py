@@ -8,13 +8,14 @@ the DAEDALUS designer's flat mechanism JSON as is.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -301,6 +302,6 @@ def parse_action(raw: object, designer: bool = False) -> _Action:
         raise ActionParseError(f"invalid action: {exc}") from None
 
 
-def action_json_schema() -> dict[str, Any]:
+def action_json_schema() -> dict[str, JsonValue]:
     """The JSON schema of an action (for LLM structured output and the docs)."""
     return action_adapter.json_schema()

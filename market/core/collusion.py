@@ -72,7 +72,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import TypedDict, TypeVar
 
 import networkx as nx
 import numpy as np
@@ -107,6 +107,16 @@ _POLICY_THRESHOLD: dict[str, float | None] = {
 }
 
 _Pair = tuple[int, int]
+_Kept = TypeVar("_Kept")
+
+
+class EdgeData(TypedDict):
+    """The counters networkx stores on one edge (the very attribute dict, updated in place)."""
+
+    messages: int
+    trades: int
+    coalition_rounds: int
+    declared: bool
 _NO_ROUND = sys.maxsize
 
 
@@ -151,7 +161,7 @@ class InteractionGraph:
         self._g.add_nodes_from(range(n))
         self._n = n
         # (low, high) -> the very attribute dict networkx stores for that edge.
-        self._edges: dict[_Pair, dict[str, Any]] = {}
+        self._edges: dict[_Pair, EdgeData] = {}
         self._last_coalition_round: dict[_Pair, int] = {}
         self._round_messages: dict[int, dict[_Pair, int]] = {}
         self._bids: dict[int, _RoundBids] = {}
@@ -186,7 +196,7 @@ class InteractionGraph:
             self._g.add_nodes_from(range(self._n, lab + 1))
             self._n = lab + 1
 
-    def _edge(self, a: int, b: int) -> tuple[tuple[int, int], dict[str, Any]]:
+    def _edge(self, a: int, b: int) -> tuple[tuple[int, int], EdgeData]:
         """The (sorted) key and attribute dict of the edge between two labs, created if new."""
         a, b = int(a), int(b)
         n = self._n
@@ -279,10 +289,10 @@ class InteractionGraph:
 
     # ------------------------------------------------------------------ internals
 
-    def _new_edge(self, key: _Pair) -> dict[str, Any]:
+    def _new_edge(self, key: _Pair) -> EdgeData:
         a, b = key
         self._g.add_edge(a, b, messages=0, trades=0, coalition_rounds=0, declared=False)
-        data: dict[str, Any] = self._g.edges[a, b]
+        data: EdgeData = self._g.edges[a, b]
         self._edges[key] = data
         return data
 
@@ -294,7 +304,7 @@ class InteractionGraph:
             self._first_round = r
         return per_round
 
-    def _prune(self, per_round: dict[int, Any], newest: int) -> None:
+    def _prune(self, per_round: dict[int, _Kept], newest: int) -> None:
         """Drop rounds that fell out of the kept history once ``newest`` is recorded."""
         if len(per_round) >= self._history:
             cutoff = newest - self._history
