@@ -19,7 +19,8 @@ The textbook recipe, on the RL view (:func:`market.environment.wrappers.rl_env`)
 Randomness comes only from a seeded ``torch.Generator`` (weights, sampling) and NumPy
 ``Generator`` (episode seeds); the global RNGs are never used, so the same config gives the same
 learning curve. :func:`save_checkpoint` writes the weights and what is needed to rebuild and check
-the policy; :class:`agents.torch_policy.TorchPolicyAgent` plays it in any seat
+the policy; :class:`agents.torch_policy.TorchPolicyAgent` (which owns the network, :data:`PolicyNet`, and
+:func:`~agents.torch_policy.load_checkpoint`) plays it in any seat
 (spec ``torch_policy?path=FILE``). :func:`evaluate` compares it, paired on the same held-out
 seeds, with ``random_valid`` and ``rule_expert`` in the same seat.
 """
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import signal
 import threading
 import time
@@ -39,76 +39,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from agents.registry import make_agent
-from market.environment.aec import DESIGNER
+from agents.torch_policy import FORMAT, PolicyNet, TorchPolicyAgent, choose, masked_logits
+from market.core.seats import DESIGNER
 from market.environment.observations import vector_size
 from market.environment.wrappers import MENU, MENU_NAMES, DiscreteActionWrapper, rl_env
 from market.run.rollout import default_seats, mean_ci95, run_episode
 from scenarios import load_scenario
 
-FORMAT = "gpumarket-torch-policy/1"
 TRAIN_SEED_FLOOR = 2**20  # training episode seeds are >= this; evaluation seeds below are unseen
 SEED_CEILING = 2**31 - 1
 EVAL_SEEDS = tuple(range(30))
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, unreadable or not a gpumarket torch policy."""
-
-
-class PolicyNet(nn.Module):
-    """MLP body (tanh) with a logits head over the menu and a value head."""
-
-    def __init__(self, obs_size: int, n_actions: int, hidden: Sequence[int] = (64, 64)) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        size = obs_size
-        for width in hidden:
-            # skip_init: no draw from torch's global RNG; init_weights() uses our generator
-            layers += [nn.utils.skip_init(nn.Linear, size, width), nn.Tanh()]
-            size = width
-        self.body = nn.Sequential(*layers)
-        self.logits = nn.utils.skip_init(nn.Linear, size, n_actions)
-        self.value = nn.utils.skip_init(nn.Linear, size, 1)
-
-    def init_weights(self, generator: torch.Generator) -> None:
-        """Orthogonal weights (gain sqrt 2 in the body, 0.01 for logits so the start is near
-        uniform over the unmasked entries, 1 for the value), zero biases."""
-        for module, gain in [*((m, math.sqrt(2)) for m in self.body if isinstance(m, nn.Linear)),
-                             (self.logits, 0.01), (self.value, 1.0)]:
-            with torch.no_grad():
-                nn.init.orthogonal_(module.weight, gain, generator=generator)
-                module.bias.zero_()
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.body(x)
-        return self.logits(h), self.value(h).squeeze(-1)
-
-
-def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Logits with every masked-out entry (mask 0) set to the dtype's lowest value.
-
-    A masked-out entry then has probability exactly 0 whenever any entry is masked in (its
-    ``exp`` underflows), and argmax never picks it. With an all-zero mask every entry is equal.
-    """
-    return torch.where(mask > 0, logits, torch.finfo(logits.dtype).min)
-
-
-def choose(
-    net: PolicyNet,
-    observation: np.ndarray,
-    mask: np.ndarray,
-    generator: torch.Generator | None = None,
-) -> int:
-    """The menu index the policy picks: a sample with ``generator``, else the argmax."""
-    with torch.no_grad():
-        logits, _ = net(torch.as_tensor(observation, dtype=torch.float32))
-        logits = masked_logits(logits, torch.as_tensor(mask))
-        if generator is None:
-            return int(torch.argmax(logits))
-        return int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
 
 
 @dataclass
@@ -332,41 +274,6 @@ def save_checkpoint(result: TrainResult, path: str | Path) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path) -> tuple[PolicyNet, dict[str, Any]]:
-    """The policy and its metadata; :class:`CheckpointError` (one line) if the file is unusable.
-
-    Loading is weights-only (no pickled code runs). The checkpoint must match this version's
-    observation vector and menu, or the policy's inputs and outputs would mean something else.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist (train one with "
-                              "'gpumarket train --out DIR')")
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many types for a corrupt or foreign file
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read as a torch file: "
-                              f"{first[:200]}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {str(path)!r} is not a gpumarket torch policy "
-                              f"(format {FORMAT!r})")
-    meta = data["meta"]
-    if meta.get("obs_size") != vector_size() or list(meta.get("menu", [])) != list(MENU_NAMES):
-        raise CheckpointError(f"checkpoint {str(path)!r} was trained for another observation "
-                              f"vector or menu ({meta.get('obs_size')} inputs, "
-                              f"{meta.get('menu_size')} actions; this version has "
-                              f"{vector_size()} and {len(MENU)})")
-    net = PolicyNet(meta["obs_size"], meta["menu_size"], meta["hidden"])
-    try:
-        net.load_state_dict(data["state_dict"])
-    except (RuntimeError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint {str(path)!r}: weights do not fit the policy: "
-                              f"{str(exc).splitlines()[0][:200]}") from None
-    net.eval()
-    return net, meta
-
-
 # --- evaluation ----------------------------------------------------------------------------
 def seat_returns(scenario: str, seat: str, agent: Any, seeds: Iterable[int]) -> list[float]:
     """``seat``'s return per seed with ``agent`` (spec or agent object) in it, others default."""
@@ -385,8 +292,6 @@ def evaluate(
     For each baseline: both means and the mean of the per-seed differences (policy − baseline),
     each with its 95% CI half-width (:func:`market.run.rollout.mean_ci95`).
     """
-    from agents.torch_policy import TorchPolicyAgent
-
     agent = TorchPolicyAgent(path=str(checkpoint))
     scenario = scenario or agent.meta["scenario"]
     seat = seat or agent.meta["seat"]

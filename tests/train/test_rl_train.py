@@ -12,19 +12,21 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from agents.registry import AgentSpecError, make_agent  # noqa: E402
-from agents.torch_policy import TorchPolicyAgent  # noqa: E402
+from agents.torch_policy import (  # noqa: E402
+    CheckpointError,
+    PolicyNet,
+    TorchPolicyAgent,
+    choose,
+    load_checkpoint,
+    masked_logits,
+)
 from market.cli import main as cli  # noqa: E402
 from market.environment.wrappers import MENU, MENU_NAMES  # noqa: E402
 from market.run.rollout import run_episode  # noqa: E402
 from market.train.rl_train import (  # noqa: E402
-    CheckpointError,
-    PolicyNet,
     TrainConfig,
     Trainer,
-    choose,
     evaluate,
-    load_checkpoint,
-    masked_logits,
     save_checkpoint,
     train,
 )
