@@ -76,7 +76,6 @@ DIMENSIONS: tuple[str, ...] = ("true_need", "honesty", "conduct", "fairness", "t
 NEED_SCALE = 25.0  # credits per round at which true_need is 0.5
 W_CONDUCT = 0.1
 W_FAIRNESS = 0.1
-FALSE_CLAIM_REPUTATION_LOSS = 0.05
 RATIONALE_CHARS = 400
 
 RUBRIC_TEXT = f"""Rubric {RUBRIC_VERSION}: score one pitch for free GPU blocks from the judge pool.
