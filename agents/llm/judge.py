@@ -28,13 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agents.llm.backends.base import Backend, Completion
 from agents.llm.backends.openai_backend import OpenAIBackend
 from agents.llm.cache import ResponseCache
+from market.core.claims import Claim, JudgeContext
 from market.core.judge import (
     DIMENSIONS,
     RATIONALE_CHARS,
     RUBRIC_TEXT,
     RUBRIC_VERSION,
-    Claim,
-    JudgeContext,
     RuleJudge,
     Verdict,
     clip_rationale,
