@@ -17,8 +17,6 @@ PACKAGES = ("market", "agents", "scenarios")
 LAZY_UPWARD = {
     ("market/__init__.py", "market/environment/aec.py"),
     ("market/core/judge.py", "agents/llm/backends/openai_backend.py"),
-    ("agents/torch_policy.py", "market/train/rl_train.py"),
-    ("agents/torch_policy.py", "market/environment/wrappers.py"),
 }
 AGENT_MARKET_IMPORTS = {"market/__init__.py", "market/core/actions.py", "market/environment/observations.py", "market/core/mechanisms.py"}
 

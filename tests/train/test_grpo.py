@@ -1,5 +1,5 @@
 """One GRPO step with TRL's GRPOTrainer on a tiny randomly initialised Llama and a tokenizer
-trained here (nothing downloaded), scored by market.train.training_data.EnvReward on a recorded
+trained here (nothing downloaded), scored by market.train.grpo.EnvReward on a recorded
 transcript: proves the wiring (dataset columns reach the reward, rewards are real env returns,
 the trainer steps and the weights move)."""
 
@@ -20,7 +20,8 @@ from test_training_data import record_hand  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
-from market.train.training_data import EnvReward, grpo_records  # noqa: E402
+from market.train.grpo import EnvReward  # noqa: E402
+from market.train.training_data import grpo_records  # noqa: E402
 
 # Two whole replies are single tokens, and the model is rigged to emit (almost) only them, so the
 # two completions of a group can differ in reward: with equal rewards GRPO's advantage is 0 and

@@ -18,14 +18,8 @@ from market.cli import main
 from market.environment.observations import Observation
 from market.record.transcript import TranscriptError, read_transcript
 from market.run.rollout import run_episode
-from market.train.training_data import (
-    EnvReward,
-    ExportFilter,
-    export_sft,
-    grpo_records,
-    parse_horizon,
-    select_decisions,
-)
+from market.train.grpo import EnvReward, parse_horizon
+from market.train.training_data import ExportFilter, export_sft, grpo_records, select_decisions
 from scenarios import load_scenario
 
 INVALID = 0.05  # rewards.invalid_action_penalty (docs/rewards.md)
