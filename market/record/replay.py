@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from agents.llm.judge import make_judge
 from market.core import settlement
 from market.core.judge import JudgeHistory, Verdict
+from market.core.seats import bidder_seat
 from market.environment.aec import raw_env
 from market.record.reader import (
     Transcript,
@@ -512,7 +513,7 @@ def rejudge(source: Transcript | str | Path, spec: str, *, partial: bool = False
             n = new_by_lab.pop(v.lab, None)
             rows.append(
                 {
-                    "lab": f"bidder_{v.lab}",
+                    "lab": bidder_seat(v.lab),
                     "score": (v.total, n.total if n else None),
                     "granted": (v.granted, n.granted if n else 0),
                     "false_claims": (list(v.false_claims), list(n.false_claims) if n else []),
@@ -522,7 +523,7 @@ def rejudge(source: Transcript | str | Path, spec: str, *, partial: bool = False
         for lab, n in sorted(new_by_lab.items()):
             rows.append(
                 {
-                    "lab": f"bidder_{lab}",
+                    "lab": bidder_seat(lab),
                     "score": (None, n.total),
                     "granted": (0, n.granted),
                     "false_claims": ([], list(n.false_claims)),

@@ -24,9 +24,11 @@ from rich.table import Table
 from rich.text import Text
 
 from market.record.report import (
+    EDGE_KINDS,
     Episode,
     Event,
     action_summary,
+    as_mapping,
     clean_text,
     clip,
     episode_from,
@@ -34,6 +36,7 @@ from market.record.report import (
     interaction_counts,
     quiet,
     round_components,
+    seat_sort_key,
 )
 
 # C0/C1 controls except tab and newline, DEL, and bidi embeddings/overrides/isolates
@@ -77,10 +80,6 @@ def _row(table: Table, *cells: Any, style: str | None = None) -> None:
     table.add_row(*(c if isinstance(c, Text) else safe_text(c) for c in cells), style=style)
 
 
-def _mapping(value: Any) -> Mapping[Any, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _header(ep: Episode) -> Panel:
     seats = _table("", "seat", "agent", "return", numeric=(2,))
     returns = ep.returns()
@@ -104,8 +103,8 @@ def _header(ep: Episode) -> Panel:
 
 def _round_view(ep: Episode, r: Mapping[str, Any], events: list[Event], show_steps: bool) -> Group:
     rnd = r.get("round", "?")
-    mech = _mapping(r.get("mechanism"))
-    designer = _mapping(r.get("designer"))
+    mech = as_mapping(r.get("mechanism"))
+    designer = as_mapping(r.get("designer"))
     parts: list[Any] = [
         Rule(
             safe_text(
@@ -135,8 +134,8 @@ def _round_view(ep: Episode, r: Mapping[str, Any], events: list[Event], show_ste
     )
     parts.append(market)
 
-    bids, won, paid = _mapping(r.get("bids")), _mapping(r.get("won")), _mapping(r.get("paid"))
-    shill, collusion = _mapping(r.get("shill_penalties")), _mapping(r.get("collusion_penalties"))
+    bids, won, paid = as_mapping(r.get("bids")), as_mapping(r.get("won")), as_mapping(r.get("paid"))
+    shill, collusion = as_mapping(r.get("shill_penalties")), as_mapping(r.get("collusion_penalties"))
     who = list(dict.fromkeys([*bids, *won, *paid, *shill, *collusion]))
     if who:
         table = _table(
@@ -191,12 +190,12 @@ def _round_view(ep: Episode, r: Mapping[str, Any], events: list[Event], show_ste
             )
         parts.append(table)
     for cartel in r.get("suspected_cartels") or []:
-        members = ", ".join(clean_text(m) for m in _mapping(cartel).get("members") or [])
+        members = ", ".join(clean_text(m) for m in as_mapping(cartel).get("members") or [])
         parts.append(
             Text.assemble(
                 ("suspected cartel: ", "bold red"),
                 safe_text(members),
-                f" (score {fmt(_mapping(cartel).get('score'), 3)})",
+                f" (score {fmt(as_mapping(cartel).get('score'), 3)})",
             )
         )
     comps = round_components(ep, rnd) if isinstance(rnd, int) else {}
@@ -209,21 +208,13 @@ def _round_view(ep: Episode, r: Mapping[str, Any], events: list[Event], show_ste
             "total",
             numeric=tuple(range(1, len(names) + 2)),
         )
-        for seat in sorted(comps, key=_seat_order):
+        for seat in sorted(comps, key=seat_sort_key):
             c = comps[seat]
             _row(table, seat, *(fmt(c.get(n, 0.0), 3) for n in names), fmt(sum(c.values()), 3))
         parts.append(table)
     if show_steps and events:
         parts.append(_events(events))
     return Group(*parts)
-
-
-def _seat_order(seat: str) -> tuple[int, str]:
-    m = re.match(r"^(.*?)(\d{1,18})$", seat)
-    return (
-        0 if seat.startswith("designer") else 1,
-        f"{m.group(1)}{int(m.group(2)):08d}" if m else seat,
-    )
 
 
 def _events(events: list[Event]) -> Table:
@@ -317,12 +308,12 @@ def _totals(ep: Episode) -> Group:
             numeric=(1, 2, 3, 4),
         )
         for (a, b), k in sorted(
-            counts.items(), key=lambda kv: (_seat_order(kv[0][0]), _seat_order(kv[0][1]))
+            counts.items(), key=lambda kv: (seat_sort_key(kv[0][0]), seat_sort_key(kv[0][1]))
         ):
             _row(
                 pairs,
                 f"{a} - {b}",
-                *(str(k[x]) for x in ("trade", "coalition", "message", "cartel")),
+                *(str(k[x]) for x in EDGE_KINDS),
             )
         parts.append(pairs)
     parts.append(Text(f"mean welfare ratio {fmt(ep.welfare_ratio(), 3)}", style="bold"))
@@ -337,8 +328,8 @@ def render_transcript(
 ) -> Episode:
     """Print a transcript round by round (or only round ``round``); returns the parsed episode.
 
-    ``path_or_obj``: a transcript path, the reader's transcript object, a list of records or an
-    :class:`~market.record.report.Episode`. ``steps=False`` leaves out each round's list of actions.
+    ``path_or_obj``: a transcript path, the reader's :class:`~market.record.reader.Transcript` or
+    an :class:`~market.record.report.Episode`. ``steps=False`` leaves out each round's list of actions.
     """
     console = console or Console()
     ep = episode_from(path_or_obj)

@@ -10,6 +10,8 @@ from rich.console import Console
 from test_report import PAYLOADS, poisoned_copy, record
 
 from market.cli import main as cli_main
+from market.record.reader import Transcript
+from market.record.schema import Header, RoundSummary, SeatSpec, StepEvent
 from market.record.viewer import render_transcript, safe_text
 
 
@@ -82,24 +84,21 @@ def test_cli_show(transcript: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_names_from_the_transcript_are_never_markup() -> None:
     """Seat and component names go into table headers and rules: printed literally too."""
-    episode = {
-        "header": {
-            "scenario_name": "[red]sc[/red]",
-            "seed": 1,
-            "seats": {"[b]seat[/b]": {"spec": "[i]x[/i]"}},
-        },
-        "events": [
-            {
-                "i": 0,
-                "seat": "[b]seat[/b]",
-                "round": 0,
-                "phase": "bidding",
-                "action": {"action_type": "bid"},
-                "components": {"[b]seat[/b]": {"[u]comp[/u]": 1.0}},
-            }
+    seat = "[b]seat[/b]"
+    episode = Transcript(
+        path=None,
+        header=Header(
+            package_version="0", created="2026-01-01T00:00:00+00:00",
+            scenario_name="[red]sc[/red]", scenario={}, seed=1, possible_agents=[seat],
+            seats={seat: SeatSpec(spec="[i]x[/i]", name="x", kind="scripted")}, judge="rule",
+        ),
+        steps=[
+            StepEvent(i=0, seat=seat, round=0, phase="bidding", action_kind="json",
+                      action={"action_type": "bid"}, components={seat: {"[u]comp[/u]": 1.0}}),
         ],
-        "rounds": [{"round": 0, "mechanism": {"auction_type": "[blink]vcg[/blink]"}}],
-    }
+        rounds=[RoundSummary(i=0, round=0,
+                             summary={"round": 0, "mechanism": {"auction_type": "[blink]vcg[/blink]"}})],
+    )
     text = plain(episode)
     for literal in (
         "[red]sc[/red]",
