@@ -15,9 +15,13 @@ seats failed says so where its results are shown, and ``--strict`` can fail it
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
 
 #: a seat that failed on more than this share of its decisions gets a loud warning
 WARN_SHARE = 0.10
@@ -216,9 +220,6 @@ def print_health(console: Any, health: Sequence[SeatHealth], *, strict: float | 
     """Under a results table: a table of the seats with any failure or repair, then a loud
     warning per seat above :data:`WARN_SHARE` and the first error of the others; or one line
     saying there was none."""
-    from rich.markup import escape
-    from rich.table import Table
-
     troubled = [h for h in health if h.troubled]
     total = sum(h.decisions for h in health)
     if not troubled:
@@ -258,8 +259,6 @@ def strict_failures(health: Sequence[SeatHealth], share: float | None) -> list[s
 
 def parse_share(text: str) -> float:
     """``--strict`` values: a share in [0, 1] (``0.1``) or a percentage (``10%``)."""
-    import argparse
-
     raw = text.strip()
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)

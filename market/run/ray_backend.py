@@ -23,13 +23,16 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from market import __version__
+from market.run.jobs import default_workers
+from market.version import __version__
 
 
 class RayBackendError(RuntimeError):
@@ -53,16 +56,10 @@ def _ray() -> Any:
 
 def _probe() -> dict[str, Any]:
     """Runs on a worker: what it would play episodes with."""
-    import sys
-
-    import market
-
-    return {"version": market.__version__, "python": list(sys.version_info[:2])}
+    return {"version": __version__, "python": list(sys.version_info[:2])}
 
 
 def _check_workers(ray: Any) -> None:
-    import sys
-
     try:
         found = ray.get(ray.remote(_probe).options(num_cpus=0).remote(), timeout=120)
     except Exception as exc:
@@ -82,8 +79,6 @@ def _check_workers(ray: Any) -> None:
 def _local_init_options() -> dict[str, Any]:
     """A private, light single-machine instance: no dashboard, a small object store, and a
     short temp dir (Ray's socket paths must stay under 107 bytes)."""
-    from market.run.runner import default_workers
-
     temp = tempfile.mkdtemp(prefix="gm-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
     return {"address": "local", "num_cpus": default_workers(), "include_dashboard": False,
             "object_store_memory": 100 * 1024 * 1024, "_temp_dir": temp}
@@ -91,8 +86,6 @@ def _local_init_options() -> dict[str, Any]:
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
     """Fail fast on a head that is not there: Ray's own connect retries for over a minute."""
-    import socket
-
     if address in ("auto", "local") or address.startswith("ray://"):
         return
     host, sep, port = address.rpartition(":")

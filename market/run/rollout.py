@@ -29,7 +29,8 @@ from agents.llm.backends.base import RequestLimiter
 from agents.llm.backends.pool import Budget, ClientPool
 from agents.registry import make_agent
 from market.core.actions import ActionModel, Bid, Wait
-from market.environment.aec import DESIGNER, raw_env
+from market.core.seats import DESIGNER, bidder_seat
+from market.environment.aec import raw_env
 from market.record.transcript import EpisodeRecorder
 from scenarios import load_scenario
 from scenarios.schema import Scenario
@@ -71,7 +72,7 @@ def default_seats(scenario: Scenario) -> dict[str, str]:
     bidders = scenario.agents.bidders or ["truthful"]
     seats = {DESIGNER: scenario.agents.designer} if scenario.designer_seat else {}
     for i in range(scenario.n_seats):
-        seats[f"bidder_{i}"] = bidders[min(i, len(bidders) - 1)]
+        seats[bidder_seat(i)] = bidders[min(i, len(bidders) - 1)]
     return seats
 
 

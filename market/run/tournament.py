@@ -25,200 +25,43 @@ missing episodes and ends with the same table as an uninterrupted run, serial or
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
 import os
-import random
-import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from market.environment.aec import DESIGNER
-from market.run.health import judge_counts, seat_counts
-from market.run.rollout import default_seats, mean_ci95, run_episode, with_agent_timeout
-from scenarios import load_scenario
-from scenarios.schema import RUN_ONLY_KEYS, Scenario
+from openskill.models import PlackettLuce
+from rich import box
+from rich.console import Group
+from rich.table import Table
 
-FORMAT = 1
+from market.core.seats import DESIGNER
+from market.run.health import judge_counts, seat_counts
+from market.run.jobs import ignore_sigint
+from market.run.ray_backend import RayBackendError, ray_map
+from market.run.rollout import mean_ci95, run_episode, with_agent_timeout
+from market.run.tournament_plan import (
+    FORMAT,
+    MIXED_POPULATION,
+    Match,
+    Plan,
+    TournamentConfig,
+    TournamentError,
+    bidder_lineups,
+    bidder_seats,
+    plan,
+)
+from scenarios.schema import Scenario
+
 MATCHES_FILE = "matches.jsonl"
 MANIFEST_FILE = "manifest.json"
-#: the bidder population designers face besides the scenario's own, cycled over the bidder seats
-MIXED_POPULATION = ("rule_expert", "shader", "greedy_hoarder", "random_valid", "colluder",
-                    "colluder", "dropout", "exploiter", "truthful")
 CSV_COLUMNS = ("role", "agent", "mu", "sigma", "ordinal", "matches", "wins", "win_rate",
                "win_ci_low", "win_ci_high", "mean_return", "return_ci95", "tokens", "cost_usd")
-
-
-class TournamentError(ValueError):
-    """A tournament cannot run as asked (bad configuration or an output folder that conflicts)."""
-
-
-# ----------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True)
-class TournamentConfig:
-    """What to play. ``bidders``/``designers``: agent specs (see ``agents.registry``), each
-    list empty or of at least two distinct agents. ``house_designer``: the designer seat in bidder
-    matches (default: the scenario's ``[agents] designer``). ``populations``: name -> bidder specs
-    cycled over the bidder seats, faced by every designer (default: ``default``, the scenario's
-    own ``[agents] bidders``, and ``mixed``, :data:`MIXED_POPULATION`)."""
-
-    scenario: str | Path = "market_round"
-    bidders: Sequence[str] = ()
-    designers: Sequence[str] = ()
-    seeds: Sequence[int] = tuple(range(10))
-    house_designer: str | None = None
-    populations: Mapping[str, Sequence[str]] | None = None
-
-
-@dataclass(frozen=True)
-class Match:
-    """One scheduled episode. ``kind`` is 'bidder' or 'designer'; ``rotation`` is set for
-    bidder matches, ``population`` and ``designer`` for designer matches."""
-
-    id: str
-    kind: str
-    seed: int
-    seats: dict[str, str]
-    rotation: int | None = None
-    population: str | None = None
-    designer: str | None = None
-
-
-@dataclass
-class Plan:
-    """A validated configuration: the scenario, the resolved lineups and the full schedule."""
-
-    scenario: Scenario
-    bidders: tuple[str, ...]
-    designers: tuple[str, ...]
-    seeds: tuple[int, ...]
-    house_designer: str | None
-    populations: dict[str, dict[str, str]]
-    matches: list[Match]
-
-    def manifest(self) -> dict[str, Any]:
-        # how long to wait for an agent is not what is played: a resume may change it
-        dump = json.dumps(self.scenario.model_dump(mode="json", exclude=RUN_ONLY_KEYS),
-                          sort_keys=True)
-        return {
-            "format": FORMAT,
-            "scenario": self.scenario.name,
-            "scenario_sha256": hashlib.sha256(dump.encode()).hexdigest(),
-            "bidders": list(self.bidders),
-            "designers": list(self.designers),
-            "seeds": list(self.seeds),
-            "house_designer": self.house_designer,
-            "populations": self.populations,
-            "matches": len(self.matches),
-        }
-
-
-def bidder_seats(scenario: Scenario) -> list[str]:
-    return [s for s in default_seats(scenario) if s != DESIGNER]
-
-
-def bidder_lineups(agents: Sequence[str], n_seats: int, seed: int) -> list[tuple[str, ...]]:
-    """The lineups of one seed: ``len(agents)`` rotations of a seeded order of the agents.
-
-    Rotation ``r`` puts ``order[(j + r) % len(agents)]`` in bidder seat ``j``, so over one seed
-    every agent sits in every seat index exactly once. With more agents than seats each lineup is
-    a different subset (who meets whom varies with the seed); with fewer, agents repeat.
-    """
-    order = list(agents)
-    random.Random(f"gpumarket-tournament:{seed}").shuffle(order)
-    n = len(order)
-    return [tuple(order[(j + r) % n] for j in range(n_seats)) for r in range(n)]
-
-
-def _check_agents(specs: Sequence[str], role: str, what: str) -> tuple[str, ...]:
-    from agents.registry import make_agent
-
-    specs = tuple(s.strip() for s in specs)
-    if len(specs) == 1:
-        raise TournamentError(f"{what}: a tournament needs at least two agents, "
-                              f"got only {specs[0]!r}")
-    dupes = sorted({s for s in specs if specs.count(s) > 1})
-    if dupes:
-        raise TournamentError(f"{what}: {', '.join(map(repr, dupes))} listed more than once")
-    for spec in specs:
-        try:
-            make_agent(spec, role)
-        except ValueError as exc:
-            raise TournamentError(f"{what}: {exc}") from None
-    return specs
-
-
-def plan(config: TournamentConfig) -> Plan:
-    """Validate ``config`` and build the schedule (raises :class:`TournamentError`)."""
-    from agents.registry import make_agent
-
-    scenario = load_scenario(config.scenario)
-    seeds = tuple(int(s) for s in config.seeds)
-    if not seeds:
-        raise TournamentError("seeds: no seed selected")
-    if len(set(seeds)) != len(seeds):
-        raise TournamentError("seeds: a seed is listed more than once")
-    bidders = _check_agents(config.bidders, "bidder", "bidders")
-    designers = _check_agents(config.designers, "designer", "designers")
-    if not bidders and not designers:
-        raise TournamentError("nothing to play: give at least two bidders or two designers")
-    seats = bidder_seats(scenario)
-    if not seats:
-        raise TournamentError(f"scenario {scenario.name!r} has no bidder seats")
-    house = None
-    if scenario.designer_seat:
-        house = (config.house_designer or scenario.agents.designer).strip()
-        try:
-            make_agent(house, "designer")
-        except ValueError as exc:
-            raise TournamentError(f"house designer: {exc}") from None
-    elif designers:
-        raise TournamentError(f"scenario {scenario.name!r} has no designer seat "
-                              "(designer_seat = false); drop the designers or pick another "
-                              "scenario")
-    elif config.house_designer:
-        raise TournamentError(f"scenario {scenario.name!r} has no designer seat for a house "
-                              "designer")
-
-    populations: dict[str, dict[str, str]] = {}
-    if designers:
-        wanted = config.populations
-        if wanted is None:
-            own = default_seats(scenario)
-            wanted = {"default": [own[s] for s in seats], "mixed": MIXED_POPULATION}
-        if not wanted:
-            raise TournamentError("populations: designers need at least one bidder population")
-        for name, specs in wanted.items():
-            specs = [s.strip() for s in specs if s.strip()]
-            if not name or not specs:
-                raise TournamentError(f"population {name!r}: give a name and at least one bidder")
-            for spec in specs:
-                try:
-                    make_agent(spec, "bidder")
-                except ValueError as exc:
-                    raise TournamentError(f"population {name!r}: {exc}") from None
-            populations[name] = {seat: specs[j % len(specs)] for j, seat in enumerate(seats)}
-
-    matches: list[Match] = []
-    head = {DESIGNER: house} if house is not None else {}
-    if bidders:
-        for seed in seeds:
-            for r, lineup in enumerate(bidder_lineups(bidders, len(seats), seed)):
-                matches.append(Match(f"bidder|seed={seed}|rot={r}", "bidder", seed,
-                                     {**head, **dict(zip(seats, lineup, strict=True))}, rotation=r))
-    for pop, pop_seats in populations.items():
-        for seed in seeds:
-            for d in designers:
-                matches.append(Match(f"designer|{pop}|seed={seed}|{d}", "designer", seed,
-                                     {DESIGNER: d, **pop_seats}, population=pop, designer=d))
-    return Plan(scenario, bidders, designers, seeds, house, populations, matches)
 
 
 # ----------------------------------------------------------------------------- ratings
@@ -269,8 +112,6 @@ def rate_games(role: str, agents: Sequence[str],
     """Rate ``agents`` from ``games`` (each: agent -> score, higher is better) in the given order
     with a fresh OpenSkill Plackett-Luce model. Games with fewer than two agents are not rated
     but their scores still count towards the mean return."""
-    from openskill.models import PlackettLuce
-
     model = PlackettLuce()
     ratings = {a: model.rating(name=a) for a in agents}
     table = {a: Standing(role, a, ratings[a].mu, ratings[a].sigma) for a in agents}
@@ -537,7 +378,7 @@ def _play_pool(jobs: list[tuple[Scenario, Match]], workers: int,
                save: Callable[[dict[str, Any]], None]) -> None:
     """Play ``jobs`` in a process pool, saving each record as it finishes (a bounded number in
     flight, so an interrupted run loses at most the matches being played)."""
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
     try:
         todo = iter(jobs)
         running: set[Future[dict[str, Any]]] = set()
@@ -563,18 +404,11 @@ def _play_pool(jobs: list[tuple[Scenario, Match]], workers: int,
 def _play_ray(jobs: list[tuple[Scenario, Match]], address: str | None,
               save: Callable[[dict[str, Any]], None]) -> None:
     """Play ``jobs`` on Ray (:mod:`market.run.ray_backend`), saving each record as it arrives."""
-    from market.run.ray_backend import RayBackendError, ray_map
-
     try:
         for _, rec in ray_map(_play, jobs, address=address):
             save(rec)
     except RayBackendError as exc:
         raise TournamentError(str(exc)) from None
-
-
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which saves what is finished and stops them."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # ----------------------------------------------------------------------------- output
@@ -671,10 +505,6 @@ def _no_nan(value: Any) -> Any:
 
 def rich_table(plan_: Plan, rows: list[dict[str, Any]], done: int) -> Any:
     """A rich renderable: the title, then one table per role (bidders, designers)."""
-    from rich import box
-    from rich.console import Group
-    from rich.table import Table
-
     parts: list[Any] = [f"[bold]{title(plan_, done)}[/bold] (CI: 95% confidence interval)"]
     for role in ("bidder", "designer"):
         mine = [r for r in rows if r["role"] == role]
@@ -688,3 +518,11 @@ def rich_table(plan_: Plan, rows: list[dict[str, Any]], done: int) -> Any:
             table.add_row(*cells[1:])
         parts.append(table)
     return Group(*parts)
+
+
+__all__ = [  # the schedule's names stay importable from here (see market.run.tournament_plan)
+    "CSV_COLUMNS", "FORMAT", "MANIFEST_FILE", "MATCHES_FILE", "MIXED_POPULATION", "Match", "Plan",
+    "Standing", "TournamentConfig", "TournamentError", "TournamentResult", "bidder_lineups",
+    "bidder_seats", "display_rows", "load_records", "markdown", "plan", "rate_games", "rich_table",
+    "run_tournament", "standings", "to_csv", "write_outputs",
+]

@@ -18,7 +18,8 @@ from agents.llm.backends.pool import Budget, ClientPool, parse_price
 from market.bench.fake_openai_server import FakeOpenAIServer, Reply
 from market.bench.llm import bench_observations
 from market.run.async_runner import run_jobs_async
-from market.run.runner import RunConfigError, _play, read_results, run_scenario
+from market.run.jobs import play
+from market.run.runner import RunConfigError, read_results, run_scenario
 
 KEY_ENV = "GPUMARKET_SCALE_TEST_KEY"
 TIMING_STATS = ("latency_s", "queue_wait_s", "retry_wait_s")
@@ -218,7 +219,7 @@ def test_async_path_gives_the_process_pool_rows(tmp_path: Path) -> None:
         # the process pool's worker function, in real worker processes, on the same jobs
         jobs = [(summary.scenario, s, summary.seats, None, 1, summary.config_hash) for s in seeds]
         with multiprocessing.get_context().Pool(2) as procs:
-            played = procs.map(_play, jobs)
+            played = procs.map(play, jobs)
     assert all(error is None for _, _, _, error in played)
     pool_rows = [row for _, rows, _, _ in played for row in rows]
     assert summary.played == seeds and len(summary.rows) == 6 * len(summary.seats)

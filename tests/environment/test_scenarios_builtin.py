@@ -11,8 +11,8 @@ from importlib import resources
 import pytest
 
 from market.environment.aec import raw_env
+from market.run.mechanism_comparison import ROBUST
 from market.run.rollout import default_seats, run_episode
-from market.run.runner import ROBUST
 from scenarios import builtin_names, load_scenario
 from scenarios.schema import SHOCK_KINDS
 

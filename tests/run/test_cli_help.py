@@ -12,7 +12,7 @@ from market import cli
 
 
 def _subcommands() -> list[str]:
-    parser = cli._parser()
+    parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return sorted(sub.choices)
 

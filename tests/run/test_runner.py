@@ -18,9 +18,9 @@ from agents.scripted import TruthfulBidder
 from market.cli import EXAMPLES
 from market.cli import main as cli
 from market.record.replay import replay
+from market.run.folders import RESULTS
 from market.run.rollout import run_episode
 from market.run.runner import (
-    RESULTS,
     ROW_KEYS,
     RunConfigError,
     read_results,

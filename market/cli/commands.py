@@ -1,0 +1,405 @@
+"""The ``gpumarket`` commands: one function per subcommand, ``cmd_<name>(args) -> exit code``
+(the exit codes are listed in :mod:`market.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agents.registry import REGISTRY, plugin_status
+from market.bench.suite import bench_command
+from market.cli.parser import one_line, parse_seeds
+from market.record.replay_cli import run_cli
+from market.record.report import write_report
+from market.record.transcript import TranscriptError
+from market.record.viewer import render_transcript
+from market.run.async_runner import given_llm_flags, llm_options
+from market.run.evaluation import USAGE_COLUMNS, evaluate
+from market.run.health import STRICT_EXIT, from_matches, from_rows, print_health, strict_failures
+from market.run.jobs import RunConfigError, RunInterrupted
+from market.run.mechanism_comparison import METRICS, evaluate_mechanisms
+from market.run.rollout import mean_ci95
+from market.run.runner import run_scenario, summarise_rows
+from market.run.tournament import (
+    TournamentConfig,
+    TournamentError,
+    check_manifest,
+    load_records,
+    plan,
+    rich_table,
+    run_tournament,
+)
+from market.train.training_data import run_export_cli
+from scenarios import ScenarioError, load_scenario
+
+
+def _report_health(console: object, health: list, strict: float | None, command: str) -> bool:
+    """Print the seats' failures under a results table; True when ``--strict`` fails the run."""
+    print_health(console, health, strict=strict)
+    reasons = strict_failures(health, strict)
+    for reason in reasons:
+        print(f"gpumarket {command}: --strict: {reason}", file=sys.stderr)
+    return bool(reasons)
+
+
+def _llm_options(args: argparse.Namespace, command: str) -> dict | None:
+    """The LLM pool/budget options of run and eval, or None after printing why they are bad
+    (a bad value, or pool flags with --backend ray, which has no shared pool)."""
+    try:
+        llm = llm_options(args)
+    except ValueError as exc:
+        print(f"gpumarket {command}: {exc}", file=sys.stderr)
+        return None
+    given = given_llm_flags(args)
+    if args.backend == "ray" and given:
+        print(f"gpumarket {command}: {', '.join(given)} apply to LLM runs on the local backend "
+              "(one shared client pool); leave them out with --backend ray (see docs/ray.md)",
+              file=sys.stderr)
+        return None
+    return llm
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario)
+    if args.workers is not None and args.workers < 1:
+        print(f"gpumarket run: --workers {args.workers}: give at least 1", file=sys.stderr)
+        return 2
+    out = args.out / scenario.name
+    llm = _llm_options(args, "run")
+    if llm is None:
+        return 2
+    try:
+        summary = run_scenario(scenario, args.seeds, dict(args.seat), out, workers=args.workers,
+                               transcripts=not args.no_transcripts,
+                               progress=not args.no_progress, fresh=args.fresh,
+                               backend=args.backend, address=args.address, llm=llm,
+                               agent_timeout=args.agent_timeout)
+    except RunConfigError as exc:
+        print(f"gpumarket run: {exc}", file=sys.stderr)
+        return 2
+    except RunInterrupted as exc:
+        print(exc, file=sys.stderr)
+        return 130
+    console = Console()
+    if summary.skipped:
+        print(f"resumed {out}: {len(summary.skipped)} episode(s) were already complete, "
+              f"{len(summary.played)} played now")
+    rows = summary.rows
+    n = len(summary.episodes)
+    table = Table(title=f"{scenario.name}: {n} episode(s), seeds {args.seeds[0]}..{args.seeds[-1]} (mean +/- 95% CI)")
+    for col in ("seat", "agent", "component", "mean", "+/- 95% CI"):
+        table.add_column(col, justify="right" if col in ("mean", "+/- 95% CI") else "left")
+    last_seat = None
+    for row in summarise_rows(rows):
+        if last_seat is not None and row["seat"] != last_seat:
+            table.add_section()
+        last_seat = row["seat"]
+        style = "bold" if row["component"] == "return" else None
+        table.add_row(row["seat"], row["agent"], row["component"], f"{row['mean']:.4f}", f"{row['ci95']:.4f}", style=style)
+    console.print(table)
+    mean, half = mean_ci95(list(summary.episode("welfare_ratio").values()))
+    console.print(f"welfare ratio (realised / optimal, per round): {mean:.3f} +/- {half:.3f}; "
+                  f"steps: {sum(summary.episode('steps').values())}")
+    strict_failed = _report_health(console, from_rows(rows), args.strict, "run")
+    if args.json:
+        by_seed: dict[int, list] = {}
+        for row in rows:
+            by_seed.setdefault(row["seed"], []).append(row)
+        payload = [{"scenario": scenario.name, "seed": seed,
+                    "seats": {r["seat"]: r["agent"] for r in seat_rows},
+                    "returns": {r["seat"]: r["return"] for r in seat_rows},
+                    "components": {r["seat"]: r["components"] for r in seat_rows},
+                    "invalid_actions": {r["seat"]: r["invalid_actions"] for r in seat_rows},
+                    "steps": seat_rows[0]["steps"], "rounds": summary.round_logs.get(seed, [])}
+                   for seed, seat_rows in by_seed.items()]
+        args.json.write_text(json.dumps(payload, indent=1))
+        console.print(f"results written to {args.json}")
+    print(f"results: {out / 'results.jsonl'} ({len(rows)} row(s): one per episode and seat)")
+    transcripts = [out / "transcripts" / f"{s}.jsonl" for s in summary.episodes]
+    transcripts = [p for p in transcripts if p.is_file()]
+    if transcripts and not args.no_transcripts:
+        report = write_report(transcripts, out / "report.html")
+        print(f"transcripts: {out / 'transcripts'}/<seed>.jsonl ({len(transcripts)} file(s)); "
+              f"verify with: gpumarket replay {out}")
+        print(f"report: {Path(report).resolve().as_uri()}")
+    if llm["budget"] is not None:  # what the run spent, and whether the budget stopped it
+        print(f"gpumarket run: {llm['budget'].message()}", file=sys.stderr)
+    for seed, error in sorted(summary.failed.items()):
+        print(f"gpumarket run: episode seed {seed} failed: {error}", file=sys.stderr)
+    return 1 if summary.failed else STRICT_EXIT if strict_failed else 0
+
+
+def _specs(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.workers is not None and args.workers < 1:
+        print(f"gpumarket eval: --workers {args.workers}: give at least 1", file=sys.stderr)
+        return 2
+    llm = _llm_options(args, "eval")
+    if llm is None:
+        return 2
+    console = Console()
+    try:
+        if args.mechanisms:
+            name = load_scenario(args.scenario).name
+            out = args.out or Path("runs") / "mechanisms" / name
+            report = evaluate_mechanisms(
+                args.scenario, args.seeds, out, args.workers,
+                candidates=_specs(args.candidates) or None,
+                alternatives=_specs(args.alternatives) or None,
+                deviations=not args.no_deviations, progress=not args.no_progress,
+                fresh=args.fresh, backend=args.backend, address=args.address,
+                agent_timeout=args.agent_timeout)
+        else:
+            out = args.out or Path("runs") / "eval"
+            table = evaluate(_specs(args.agents), _specs(args.scenarios), args.seat, args.seeds,
+                             out, args.workers, transcripts=args.transcripts,
+                             progress=not args.no_progress, fresh=args.fresh,
+                             backend=args.backend, address=args.address, llm=llm,
+                             agent_timeout=args.agent_timeout)
+    except RunConfigError as exc:
+        print(f"gpumarket eval: {exc}", file=sys.stderr)
+        return 2
+    except RunInterrupted as exc:
+        print(exc, file=sys.stderr)
+        return 130
+    if args.mechanisms:
+        rich = Table(title=f"mechanisms on {report.scenario}: {len(report.seeds)} seed(s) "
+                           "(mean +/- 95% CI)")
+        for col in ("mechanism", *METRICS):
+            rich.add_column(col, justify="left" if col == "mechanism" else "right")
+        for row in report.table():
+            rich.add_row(row["mechanism"], *(
+                f"{row[k]:.1f}±{row[k + '_ci95']:.1f}" if k == "revenue"
+                else f"{row[k]:.3f}±{row[k + '_ci95']:.3f}" for k in METRICS))
+        console.print(rich)
+        types = sorted({d.bidder_type for devs in report.deviations.values() for d in devs})
+        if types:
+            gains = Table(title="gain from deviating to the best alternative strategy "
+                                "(paired, mean +/- 95% CI; > 0: a profitable deviation)")
+            gains.add_column("mechanism")
+            for kind in types:
+                gains.add_column(kind, justify="right")
+            for m in report.mechanisms:
+                devs = {d.bidder_type: d for d in report.deviations.get(m, [])}
+                cells = []
+                for kind in types:
+                    alt, gain, half = devs[kind].best if kind in devs else (None, 0.0, 0.0)
+                    cells.append("" if alt is None else f"{gain:+.3f}±{half:.3f} {alt}")
+                gains.add_row(m, *cells)
+            console.print(gains)
+        for note in report.notes:
+            console.print(f"note: {note}", markup=False, highlight=False)
+        print(f"tables: {out / 'mechanisms.md'}, {out / 'mechanisms.csv'}, "
+              f"{out / 'deviations.csv'}; plots: {(out / 'mechanisms.html').resolve().as_uri()}")
+        failed, health = report.failed, report.health
+    else:
+        rich = Table(title=f"{table.seat}: mean return +/- 95% CI over {len(table.seeds)} seed(s)"
+                           " (* best per scenario)")
+        rich.add_column("agent")
+        for scenario in table.scenarios:
+            rich.add_column(scenario, justify="right")
+        for column in USAGE_COLUMNS:  # the seat's tokens and cost over every scenario and seed
+            rich.add_column(column, justify="right")
+        for line in table.grid():
+            rich.add_row(*(c.replace("±", "+/-") for c in line))
+        console.print(rich)
+        print(f"tables: {out / 'eval.md'}, {out / 'eval.csv'}")
+        failed, health = table.failed, table.health
+    strict_failed = _report_health(console, health, args.strict, "eval")
+    if llm["budget"] is not None:  # what the run spent, and whether the budget stopped it
+        print(f"gpumarket eval: {llm['budget'].message()}", file=sys.stderr)
+    for where, seeds in sorted(failed.items()):
+        for seed, error in sorted(seeds.items()):
+            print(f"gpumarket eval: {where}: episode seed {seed} failed: {error}", file=sys.stderr)
+    return 1 if failed else STRICT_EXIT if strict_failed else 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    return bench_command(args)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    try:
+        from market.train import rl_train
+    except ImportError:
+        print("gpumarket train: needs torch: pip install 'gpumarket[rl]'", file=sys.stderr)
+        return 2
+    if max(args.eval_seeds) >= rl_train.TRAIN_SEED_FLOOR:
+        print(f"gpumarket train: --eval-seeds must be below {rl_train.TRAIN_SEED_FLOOR} "
+              "(training draws its episode seeds at or above it)", file=sys.stderr)
+        return 2
+    try:
+        config = rl_train.TrainConfig(scenario=args.scenario, seat=args.seat, episodes=args.episodes,
+                                      seconds=args.seconds, seed=args.seed,
+                                      batch_episodes=args.batch, lr=args.lr)
+        trainer = rl_train.Trainer(config)
+    except ValueError as exc:
+        print(f"gpumarket train: {one_line(exc)}", file=sys.stderr)
+        return 2
+
+    def progress(point: dict[str, float]) -> None:
+        if point["episodes"] % (20 * config.batch_episodes) < config.batch_episodes:
+            print(f"episodes {point['episodes']:>6}  {point['seconds']:7.1f}s  "
+                  f"mean return {point['mean_return']:+.3f}", flush=True)
+
+    result = trainer.train(progress)
+    checkpoint = rl_train.save_checkpoint(result, args.out / "policy.pt")
+    rl_train.write_curve(result, args.out / "curve.json")
+    print(f"trained {result.episodes} episodes in {result.seconds:.1f}s: {checkpoint}, "
+          f"{args.out / 'curve.json'}")
+    if result.interrupted:
+        print(f"gpumarket train: interrupted; the policy after {result.episodes} episodes is "
+              f"saved in {checkpoint} (evaluate it with torch_policy?path={checkpoint})",
+              file=sys.stderr)
+        return 130
+    if not args.no_eval:
+        report = rl_train.evaluate(checkpoint, args.scenario, args.seat, args.eval_seeds)
+        (args.out / "eval.json").write_text(json.dumps(report, indent=1))
+        print(rl_train.format_evaluation(report))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    failed = 0
+    for name in args.scenarios:
+        try:
+            sc = load_scenario(name)
+            print(f"ok: {name} ({sc.labs.count} labs, {sc.rounds} rounds)")
+        except ScenarioError as exc:
+            failed += 1
+            print(f"error: {exc}", file=sys.stderr)
+    return 2 if failed else 0
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    for name in sorted(REGISTRY):
+        cls = REGISTRY[name]
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        print(f"{name:<18} {','.join(sorted(getattr(cls, 'roles', ()))):<16} {doc}")
+    broken = []
+    for plugin in plugin_status():  # each plug-in is imported, so a broken one shows here
+        if plugin.name in REGISTRY:
+            continue
+        if plugin.error is None:
+            print(f"{plugin.name:<18} {','.join(plugin.roles):<16} {plugin.doc} (plug-in {plugin.target})")
+        else:
+            broken.append(plugin.name)
+            print(f"{plugin.name:<18} {'BROKEN':<16} plug-in {plugin.target}: {plugin.error}")
+    if broken:
+        print(f"gpumarket agents: {len(broken)} plug-in(s) cannot be used ({', '.join(broken)}); "
+              "fix or uninstall the distribution that registers them", file=sys.stderr)
+    print("also: py:package.module:ClassName?..., llm:openai?model=...&base_url=..., llm:hf?path=..., "
+          "torch_policy?path=CHECKPOINT (a policy from gpumarket train)")
+    return 0
+
+
+def cmd_export_sft(args: argparse.Namespace) -> int:
+    return run_export_cli(args)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    return run_cli(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    first = args.paths[0]
+    out = args.output or ((first if first.is_dir() else first.parent) / "report.html")
+    try:
+        path = write_report(args.paths, out)
+    except (FileNotFoundError, TranscriptError) as exc:
+        print(f"gpumarket report: {exc}", file=sys.stderr)
+        return 2
+    print(f"report written to {path.resolve().as_uri()}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    try:
+        render_transcript(args.path, Console(), round=args.round, steps=not args.no_steps)
+    except (TranscriptError, ValueError) as exc:
+        print(f"gpumarket show: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _tournament_config(args: argparse.Namespace) -> tuple[object, int, int | None]:
+    """The tournament configuration from the arguments; ValueError with one line if bad."""
+    def specs(text: str) -> tuple[str, ...]:
+        return tuple(s.strip() for s in text.split(",") if s.strip())
+
+    def count(flag: str, text: str, least: int) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{flag} {text!r}: give a whole number") from None
+        if value < least:
+            raise ValueError(f"{flag} {text!r}: must be at least {least}")
+        return value
+
+    try:
+        seeds = parse_seeds(args.seeds)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(str(exc)) from None
+    populations = None
+    for item in args.population:
+        name, sep, members = item.partition("=")
+        if not sep or not name.strip() or not specs(members):
+            raise ValueError(f"--population {item!r}: write NAME=A,B,..., "
+                             "e.g. mixed=shader,colluder")
+        populations = populations or {}
+        if name.strip() in populations:
+            raise ValueError(f"--population {name.strip()!r} given twice")
+        populations[name.strip()] = specs(members)
+    config = TournamentConfig(args.scenario, specs(args.bidders), specs(args.designers), seeds,
+                              args.house_designer, populations)
+    workers = count("--workers", args.workers, 1)
+    limit = None if args.max_matches is None else count("--max-matches", args.max_matches, 0)
+    return config, workers, limit
+
+
+def cmd_tournament(args: argparse.Namespace) -> int:
+    try:
+        config, workers, limit = _tournament_config(args)
+        planned = plan(config)
+        out = args.out or Path("runs") / "tournament" / planned.scenario.name
+        check_manifest(out, planned.manifest())
+    except (TournamentError, ScenarioError, ValueError) as exc:
+        print(f"gpumarket tournament: {one_line(exc)}", file=sys.stderr)
+        return 2
+    console = Console()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("matches", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        try:
+            result = run_tournament(config, out, workers=workers, max_matches=limit,
+                                    progress=progress, backend=args.backend,
+                                    address=args.address, agent_timeout=args.agent_timeout)
+        except (TournamentError, ScenarioError) as exc:
+            bar.stop()
+            print(f"gpumarket tournament: {one_line(exc)}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            bar.stop()
+            print(f"interrupted: finished matches are kept in {out}; rerun the same command to "
+                  "resume", file=sys.stderr)
+            return 130
+    console.print(rich_table(planned, result.rows, result.done))
+    state = "complete" if result.complete else "partial: rerun the same command to continue"
+    console.print(f"{result.played} match(es) played now; {result.done} of {result.total} in "
+                  f"{out} ({state}). Tables: {out / 'ratings.md'}, {out / 'ratings.csv'}")
+    health = from_matches(load_records(out, planned).values())  # per agent: its seats rotate
+    return STRICT_EXIT if _report_health(console, health, args.strict, "tournament") else 0

@@ -1,0 +1,261 @@
+"""Run folders: a run's manifest (configuration and its hash), the results and rounds files,
+and resuming (which seeds a folder already holds complete). See :mod:`market.run.runner` for
+what a run folder holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.registry import AgentSpecError, make_agent
+from market.core.seats import DESIGNER
+from market.record.replay import first_difference
+from market.run.jobs import EpisodeJob, RunConfigError
+from market.run.rollout import resolve_seats, with_agent_timeout
+from market.version import __version__
+from scenarios import load_scenario
+from scenarios.schema import RUN_ONLY_KEYS, Scenario
+
+FORMAT = 1
+MANIFEST = "run.json"
+RESULTS = "results.jsonl"
+ROUNDS = "rounds.jsonl"
+TRANSCRIPTS = "transcripts"
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=True)
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+#: scenario keys left out of a run's configuration (e.g. agent_timeout: a run can be resumed
+#: with another --agent-timeout)
+NOT_CONFIG = RUN_ONLY_KEYS
+
+
+def config_hash(scenario: Scenario, seats: Mapping[str, str]) -> str:
+    """A hash of everything an episode's rows depend on besides the seed."""
+    payload = {"scenario": scenario.model_dump(mode="json", exclude=NOT_CONFIG),
+               "seats": dict(sorted(seats.items()))}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def scenario_digest(scenario: Scenario) -> str:
+    text = json.dumps(scenario.model_dump(mode="json", exclude=NOT_CONFIG), sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_seats(scenario: Scenario, seats: Mapping[str, Any] | None) -> dict[str, str]:
+    """Every seat's spec (scenario defaults plus ``seats``), each checked by building it once."""
+    for seat, spec in (seats or {}).items():
+        if not isinstance(spec, str):
+            raise RunConfigError(
+                f"seat {seat}: the runner takes agent spec strings (e.g. 'truthful', "
+                "'py:package.module:Class?key=value'), so that worker processes can build the "
+                f"agent and the run folder can record it; got {type(spec).__name__}")
+    try:
+        resolved = resolve_seats(scenario, seats)
+        for seat, spec in resolved.items():
+            make_agent(spec, "designer" if seat == DESIGNER else "bidder")
+    except AgentSpecError as exc:
+        raise RunConfigError(str(exc)) from None
+    except ValueError as exc:
+        raise RunConfigError(str(exc)) from None
+    return resolved
+
+
+def _scenario(scenario: str | Path | Scenario) -> Scenario:
+    return load_scenario(scenario)  # ScenarioError (a ValueError) names the file, key, problem
+
+# ----------------------------------------------------------------------------- one folder
+
+
+@dataclass
+class RunFolder:
+    """One run folder: its configuration, what is already complete, and the open results file."""
+
+    out: Path
+    scenario: Scenario
+    seats: dict[str, str]
+    seeds: list[int]
+    config: str
+    transcripts: bool
+    digest_every: int
+    done: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    rounds: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    played: list[int] = field(default_factory=list)
+    _results: io.TextIOWrapper | None = None
+    _rounds: io.TextIOWrapper | None = None
+
+    @property
+    def pending(self) -> list[int]:
+        return [s for s in self.seeds if s not in self.done]
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "kind": "gpumarket run",
+            "config_hash": self.config,
+            "scenario_name": self.scenario.name,
+            "scenario_digest": scenario_digest(self.scenario),
+            "seats": self.seats,
+            "scenario": self.scenario.model_dump(mode="json"),
+            "package_version": __version__,
+        }
+
+    def open(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.transcripts:
+            (self.out / TRANSCRIPTS).mkdir(exist_ok=True)
+        self._rounds = open(self.out / ROUNDS, "a", encoding="utf-8")  # noqa: SIM115
+        self._results = open(self.out / RESULTS, "a", encoding="utf-8")  # noqa: SIM115
+
+    def close(self) -> None:
+        for fh in (self._rounds, self._results):
+            if fh is not None:
+                fh.close()
+        self._rounds = self._results = None
+
+    def record(self, seed: int, rows: list[dict[str, Any]], rounds: list[dict[str, Any]]) -> None:
+        """Append the episode: its round log, then its rows in one write (the completion mark)."""
+        assert self._results is not None and self._rounds is not None
+        self._rounds.write(_dumps({"config": self.config, "seed": seed, "rounds": rounds}) + "\n")
+        self._rounds.flush()
+        self._results.write("".join(_dumps(r) + "\n" for r in rows))
+        self._results.flush()
+        self.done[seed] = rows
+        self.rounds[seed] = rounds
+        self.played.append(seed)
+
+    def job(self, seed: int) -> EpisodeJob:
+        transcript = str(self.out / TRANSCRIPTS) if self.transcripts else None
+        return (self.scenario, seed, self.seats, transcript, self.digest_every, self.config)
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any] | None]:
+    """Each line parsed, or None for a line that is not a JSON object (e.g. cut by a crash)."""
+    if not path.is_file():
+        return
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                yield None
+                continue
+            yield obj if isinstance(obj, dict) and line.endswith("\n") else None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _describe_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    if old.get("seats") != new["seats"]:
+        seats = sorted(set(old.get("seats") or {}) | set(new["seats"]))
+        for seat in seats:
+            was, now = (old.get("seats") or {}).get(seat), new["seats"].get(seat)
+            if was != now:
+                return f"seat {seat} holds {was!r} there but {now!r} now"
+    def config(scenario: Any) -> Any:
+        if not isinstance(scenario, dict):
+            return scenario
+        return {k: v for k, v in scenario.items() if k not in NOT_CONFIG}
+
+    diff = first_difference(config(old.get("scenario")), config(new["scenario"]), "scenario")
+    if diff is not None:
+        return f"{diff[0]} is {diff[1]!r} there but {diff[2]!r} now"
+    return "its configuration differs"
+
+
+def _load(folder: RunFolder, fresh: bool) -> None:
+    """Check the manifest (or write it), and collect the complete episodes already there."""
+    out = folder.out
+    manifest_path, results_path, rounds_path = out / MANIFEST, out / RESULTS, out / ROUNDS
+    if fresh:
+        for path in (manifest_path, results_path, rounds_path, out / "report.html"):
+            path.unlink(missing_ok=True)
+        tdir = out / TRANSCRIPTS
+        if tdir.is_dir():
+            for path in tdir.glob("*.jsonl"):
+                if path.stem.lstrip("-").isdigit():
+                    path.unlink()
+    new = folder.manifest()
+    if out.exists() and not out.is_dir():
+        raise RunConfigError(f"{out} is a file, not a run folder")
+    if manifest_path.is_file():
+        try:
+            old = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RunConfigError(
+                f"{manifest_path} is unreadable ({exc}); remove it or use --fresh") from None
+        if not isinstance(old, dict) or old.get("config_hash") != folder.config:
+            what = _describe_difference(old if isinstance(old, dict) else {}, new)
+            raise RunConfigError(
+                f"{out} holds a run of another configuration ({what}); use another output folder, "
+                "or start over with --fresh (fresh=True in Python)")
+    rows_by_seed: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    dropped = 0
+    for row in read_jsonl(results_path):
+        if row is None or not isinstance(row.get("seed"), int):
+            dropped += 1
+            continue
+        if row.get("config") != folder.config:
+            raise RunConfigError(
+                f"{results_path} holds rows of another configuration (config {row.get('config')}, "
+                f"this run is {folder.config}); use another output folder, or start over with --fresh")
+        rows_by_seed[row["seed"]].append(row)
+    need = set(folder.seats)
+    for seed, rows in rows_by_seed.items():
+        by_seat = {r["seat"]: r for r in rows}
+        if set(by_seat) >= need and len(rows) == len(need):
+            folder.done[seed] = [by_seat[s] for s in folder.seats]
+        else:
+            dropped += len(rows)
+    for entry in read_jsonl(rounds_path):
+        if entry is not None and entry.get("seed") in folder.done:
+            folder.rounds[entry["seed"]] = entry.get("rounds", [])
+    out.mkdir(parents=True, exist_ok=True)
+    if not manifest_path.is_file():
+        _write_atomic(manifest_path, json.dumps(new, indent=1) + "\n")
+    if dropped or len(folder.rounds) != sum(1 for _ in read_jsonl(rounds_path)):
+        # rewrite both files with the complete episodes only (in seed order)
+        order = sorted(folder.done)
+        _write_atomic(results_path, "".join(_dumps(r) + "\n" for s in order for r in folder.done[s]))
+        _write_atomic(rounds_path, "".join(
+            _dumps({"config": folder.config, "seed": s, "rounds": folder.rounds.get(s, [])}) + "\n"
+            for s in order))
+
+
+def open_folder(scenario: str | Path | Scenario, seeds: Iterable[int], seats: Mapping[str, Any] | None,
+            out_dir: str | Path, transcripts: bool, fresh: bool, digest_every: int,
+            agent_timeout: float | None = None) -> RunFolder:
+    sc = _scenario(scenario)
+    try:
+        sc = with_agent_timeout(sc, agent_timeout)
+    except ValueError as exc:
+        raise RunConfigError(str(exc)) from None
+    resolved = check_seats(sc, seats)
+    seed_list = list(dict.fromkeys(int(s) for s in seeds))
+    folder = RunFolder(Path(out_dir), sc, resolved, seed_list, config_hash(sc, resolved),
+                     transcripts, digest_every)
+    _load(folder, fresh)
+    return folder
+
+def read_results(out_dir: str | Path) -> list[dict[str, Any]]:
+    """Every complete row of a run folder's ``results.jsonl``."""
+    return [r for r in read_jsonl(Path(out_dir) / RESULTS) if r is not None]

@@ -1,0 +1,106 @@
+"""The scripting API re-exported by ``market`` (docs/running.md, "Scripting API"), and the old
+module paths that keep importing, with a DeprecationWarning, for one release."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import market
+from market.core.mechanisms import clear
+from market.record.replay import replay
+from market.run.evaluation import evaluate
+from market.run.mechanism_comparison import evaluate_mechanisms
+from market.run.rollout import run_episode
+from market.run.runner import run_scenario
+from market.run.tournament import run_tournament
+
+API = {
+    "run_episode": run_episode,
+    "run_scenario": run_scenario,
+    "evaluate": evaluate,
+    "compare_mechanisms": evaluate_mechanisms,
+    "run_tournament": run_tournament,
+    "replay": replay,
+    "clear": clear,
+}
+
+
+def test_every_scripting_name_is_exported_and_is_the_real_function() -> None:
+    for name, fn in API.items():
+        assert name in market.__all__
+        assert getattr(market, name) is fn, name
+    for name in ("env", "raw_env", "parallel_env", "__version__", "TournamentConfig"):
+        assert name in market.__all__ and hasattr(market, name)
+
+
+def test_a_two_seed_run_through_the_package_replays(tmp_path: Path) -> None:
+    summary = market.run_scenario("single_trade", range(2), {"bidder_0": "truthful"},
+                                  tmp_path / "run", workers=1, progress=False)
+    assert summary.complete and summary.episodes == [0, 1]
+    direct = market.run_episode("single_trade", 1, {"bidder_0": "truthful"})
+    assert summary.returns("bidder_0")[1] == direct.returns["bidder_0"]
+    for seed in (0, 1):
+        assert market.replay(tmp_path / "run" / "transcripts" / f"{seed}.jsonl").ok
+
+
+def test_clear_through_the_package() -> None:
+    bids = np.array([[10.0, 8.0], [9.0, 3.0], [7.0, -1.0]])
+    c = market.clear(bids, 3, "vcg", 0.0, np.arange(3), np.random.default_rng(0))
+    np.testing.assert_allclose(c.payments, [10.0, 7.0, 0.0])
+
+
+def test_evaluate_and_compare_mechanisms_through_the_package(tmp_path: Path) -> None:
+    table = market.evaluate(["truthful", "random_valid"], ["single_trade"], "bidder_0", range(2),
+                            tmp_path / "eval", workers=1, progress=False)
+    assert {r["agent"] for r in table.rows()} == {"truthful", "random_valid"}
+    report = market.compare_mechanisms("single_trade", range(2), tmp_path / "mech", workers=1,
+                                       candidates=["robust", "first_price"], deviations=False,
+                                       progress=False)
+    assert report.mechanisms == ["robust", "first_price"]
+    result = market.run_tournament(
+        market.TournamentConfig("single_trade", bidders=("truthful", "random_valid"), seeds=(0,)),
+        tmp_path / "tournament")
+    assert result.complete
+
+
+# old path -> (a name it must still give, the new home of that name)
+DEPRECATED = {
+    "market.rollout": ("run_episode", run_episode),
+    "market.mechanisms": ("clear", clear),
+    "market.runner": ("run_scenario", run_scenario),
+    "market.tournament": ("run_tournament", run_tournament),
+    "market.replay": ("replay", replay),
+}
+
+
+@pytest.mark.parametrize("path", sorted(DEPRECATED))
+def test_the_old_module_paths_import_with_a_deprecation_warning(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, fn = DEPRECATED[path]
+    short = path.rpartition(".")[2]
+    before = market.__dict__.get(short)
+    monkeypatch.delitem(sys.modules, path, raising=False)  # restored afterwards
+    try:
+        with pytest.warns(DeprecationWarning, match=path.replace(".", r"\.")):
+            old = importlib.import_module(path)
+        assert getattr(old, name) is fn
+    finally:  # importing ``market.replay`` set ``market.replay`` to the module: put it back
+        if before is None:
+            market.__dict__.pop(short, None)
+        else:
+            setattr(market, short, before)
+
+
+def test_the_old_runner_path_still_gives_the_names_that_moved_out_of_it() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = importlib.import_module("market.runner")
+    for name in ("evaluate", "evaluate_mechanisms", "ROBUST", "EvalTable", "RunConfigError",
+                 "read_results", "default_workers"):
+        assert getattr(old, name) is not None, name
