@@ -26,39 +26,13 @@ from market.core.actions import (
     Wait,
 )
 from market.core.mechanisms import AUCTION_TYPES, COALITION_POLICIES
-from market.environment.observations import Observation
+from market.environment import Observation, affordable, marginal_values
 
 WAIT = Wait()
 # the most seats one form_coalition may invite (FormCoalition.members)
 MAX_INVITEES: int = next(
     m.max_length for m in FormCoalition.model_fields["members"].metadata if hasattr(m, "max_length")
 )
-
-
-def marginal_values(obs: Observation) -> list[float]:
-    """Expected value of each extra block this round, highest first, after blocks already held.
-
-    A block on a live job that this round's reliability can run is worth the job's value per
-    block times the reliability.
-    """
-    values: list[float] = []
-    for job in obs.jobs or ():
-        if job.status == "active" and job.min_reliability <= obs.reliability:
-            values += [job.value / job.size * obs.reliability] * (job.size - job.progress)
-    values.sort(reverse=True)
-    held = (obs.holdings or [0])[0]
-    return values[held:]
-
-
-def affordable(bids: list[float], budget: float, max_units: int) -> list[float]:
-    """The longest prefix of a non-increasing schedule that fits the budget and the unit limit."""
-    out, total = [], 0.0
-    for b in bids[:max_units]:
-        if total + b > budget:
-            break
-        out.append(round(b, 6))
-        total += round(b, 6)
-    return out
 
 
 def truthful_bid(obs: Observation) -> Bid:

@@ -34,6 +34,7 @@ from agents.base import BaseAgent
 from agents.registry import make_agent
 from agents.scripted import TruthfulBidder
 from market.core.actions import Bid, Finish, Wait
+from market.core.seats import DESIGNER, lab_index
 from market.core.world import Job
 from market.environment.observations import Observation
 from scenarios.schema import SHOCK_KINDS
@@ -100,7 +101,7 @@ def craft(env: Any, *, budgets: list[float] | None = None, jobs: Mapping[int, li
     if budgets is not None:
         for lab, b in zip(w.labs, budgets, strict=True):
             lab.budget = float(b)
-        env._initial_credits = sum(lab.budget for lab in w.labs)
+        env.initial_credits = sum(lab.budget for lab in w.labs)
     if reputations is not None:
         for lab, r in zip(w.labs, reputations, strict=True):
             lab.reputation = float(r)
@@ -202,7 +203,7 @@ def population(env: Any, default: str = "truthful", designer: str = "fixed", **s
     """An agent per possible seat: ``seats[seat]`` (an agent or a registry spec) or the default."""
     out: dict[str, Any] = {}
     for seat in env.possible_agents:
-        spec = seats.get(seat, designer if seat == "designer_0" else default)
+        spec = seats.get(seat, designer if seat == DESIGNER else default)
         out[seat] = make_agent(spec) if isinstance(spec, str) else spec
     return out
 
@@ -294,8 +295,8 @@ def state_digest(raw: Any) -> str:
     """A hash of everything an action can change (not the turn pointer, round or phase).
 
     Budgets, reputations, lab status, holdings, jobs, offers, contracts, messages, pitches,
-    coalitions (incl. balances), pending bids and plans, the mechanism, operator and external
-    credits, and the interaction graph.
+    coalitions (incl. balances), pending bids and plans (``raw.orders``), the mechanism, operator
+    and external credits, and the interaction graph (its edges count every private message).
     """
     w, book, cb = raw.world, raw.book, raw.coalitions
     state = {
@@ -316,12 +317,11 @@ def state_digest(raw: Any) -> str:
              list(c.members), sorted(c.balances.items()), sorted(c.contributed.items()), c.status)
             for k, c in cb.coalitions.items()
         ],
-        "bids": sorted((k, dataclasses.astuple(e)) for k, e in raw._bids.items()),
-        "coalition_bids": sorted((k, dataclasses.astuple(e)) for k, e in raw._coalition_bids.items()),
-        "plans": sorted((k, sorted(p.items())) for k, p in raw._plans.items()),
+        "bids": sorted((k, dataclasses.astuple(e)) for k, e in raw.orders.bids.items()),
+        "coalition_bids": sorted((k, dataclasses.astuple(e)) for k, e in raw.orders.coalition_bids.items()),
+        "plans": sorted((k, sorted(p.items())) for k, p in raw.orders.plans.items()),
         "mechanism": sorted(raw.mechanism.model_dump().items()),
         "graph": sorted((u, v, sorted(d.items())) for u, v, d in raw.graph.graph.edges(data=True)),
-        "graph_messages": sorted((r, sorted(m.items())) for r, m in raw.graph._round_messages.items()),
         "results": len(raw.results),
     }
     return hashlib.sha256(repr(state).encode()).hexdigest()
@@ -331,10 +331,10 @@ def make_seats(env: Any, bidders: list[str], designer: str = "fixed") -> dict[st
     """One agent per possible seat; the last bidder spec repeats."""
     seats = {}
     for agent in env.unwrapped.possible_agents:
-        if agent == "designer_0":
+        if agent == DESIGNER:
             seats[agent] = make_agent(designer, role="designer")
         else:
-            i = int(agent[7:])
+            i = lab_index(agent)
             seats[agent] = make_agent(bidders[min(i, len(bidders) - 1)], role="bidder")
     return seats
 

@@ -1,7 +1,59 @@
-"""The PettingZoo AEC environment over the core: ``raw_env``, ``env``, ``parallel_env``, the
-observation models, wrappers and the RLlib adapter."""
+"""The PettingZoo environment over the core: ``raw_env``/``env`` (AEC), ``parallel_env``, the
+observation models agents read, and the RL view (menu, masks) that RL agents and trainers use.
 
-from market.environment.aec import env, parallel_env, raw_env
-from market.environment.observations import Observation, vector_size
+Agents import from here only (never the submodules): ``from market.environment import Observation``.
+"""
 
-__all__ = ["env", "raw_env", "parallel_env", "Observation", "vector_size"]
+from market.environment.aec import env, raw_env
+from market.environment.observations import (
+    CoalitionView,
+    ContractView,
+    DesignerStats,
+    JobView,
+    MarketResultView,
+    MechanismView,
+    MessageView,
+    Observation,
+    OfferView,
+    PitchView,
+    ShockView,
+    affordable,
+    marginal_values,
+    vector_size,
+)
+from market.environment.parallel import ParallelMarketEnv, parallel_env
+from market.environment.wrappers import (
+    MENU,
+    MENU_NAMES,
+    rl_env,
+    rl_parallel_env,
+    seat_rl_observation,
+    translate,
+)
+
+__all__ = [
+    "MENU",
+    "MENU_NAMES",
+    "CoalitionView",
+    "ContractView",
+    "DesignerStats",
+    "JobView",
+    "MarketResultView",
+    "MechanismView",
+    "MessageView",
+    "Observation",
+    "OfferView",
+    "ParallelMarketEnv",
+    "PitchView",
+    "ShockView",
+    "affordable",
+    "env",
+    "marginal_values",
+    "parallel_env",
+    "raw_env",
+    "rl_env",
+    "rl_parallel_env",
+    "seat_rl_observation",
+    "translate",
+    "vector_size",
+]

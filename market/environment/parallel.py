@@ -8,7 +8,8 @@ from typing import Any
 import gymnasium
 from pettingzoo import ParallelEnv
 
-from market.environment.aec import LEGAL, raw_env
+from market.core.phases import LEGAL
+from market.environment.aec import raw_env
 from market.environment.observations import Observation
 from scenarios.schema import Scenario
 
@@ -22,15 +23,15 @@ def pass_seats(env: raw_env) -> list[str]:
     """
     if env.phase == "done" or not env.agents:
         return []
-    schedule, turn = env._schedule_full, env._turn
+    schedule, turn = env.schedule, env.turn
     start, seen = 0, set()
     for k, (seat, phase) in enumerate(schedule):
         if k and (phase != schedule[k - 1][1] or seat in seen):
             if k > turn:
-                return [s for s, _ in schedule[turn:k] if env._live(s)]
+                return [s for s, _ in schedule[turn:k] if env.is_live(s)]
             start, seen = k, set()
         seen.add(seat)
-    return [s for s, _ in schedule[max(start, turn) :] if env._live(s)]
+    return [s for s, _ in schedule[max(start, turn) :] if env.is_live(s)]
 
 
 class ParallelMarketEnv(ParallelEnv):
@@ -180,8 +181,7 @@ class ParallelMarketEnv(ParallelEnv):
         env = self.aec
         env.step(action)
         self._own[seat] = {k: v for k, v in env.infos[seat].items() if k != "reward_components"}
-        rewarded = getattr(env, "_rewarded", None)  # seats rewarded this step (all if unknown)
-        for a in env.agents if rewarded is None else [a for a in rewarded if a in env.infos]:
+        for a in [a for a in env.rewarded if a in env.infos]:  # the seats rewarded this step
             self._rewards[a] = self._rewards.get(a, 0.0) + float(env.rewards[a])
             now = env.infos[a].get("reward_components", {})
             base = {} if a == seat else self._seen_components.get(a, {})
@@ -201,3 +201,10 @@ class ParallelMarketEnv(ParallelEnv):
                 return
             self._done[agent] = done
             env.step(None)
+
+
+def parallel_env(
+    scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: Any
+) -> ParallelMarketEnv:
+    """The parallel view: one parallel step per pass (design, each negotiation pass, bidding)."""
+    return ParallelMarketEnv(scenario, render_mode=render_mode, **overrides)

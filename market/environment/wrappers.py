@@ -23,7 +23,6 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import BaseParallelWrapper, BaseWrapper
 
-from agents.scripted import affordable, marginal_values
 from market.core.actions import (
     AcceptOffer,
     ActionModel,
@@ -41,7 +40,14 @@ from market.core.actions import (
 from market.core.mechanisms import AUCTION_TYPES
 from market.core.negotiation import MAX_OPEN_OFFERS
 from market.environment.aec import env
-from market.environment.observations import JobView, Observation, OfferView, vector_size
+from market.environment.observations import (
+    JobView,
+    Observation,
+    OfferView,
+    affordable,
+    marginal_values,
+    vector_size,
+)
 from market.environment.parallel import ParallelMarketEnv
 from scenarios.schema import Scenario
 

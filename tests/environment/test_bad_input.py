@@ -90,8 +90,8 @@ def _build() -> dict[str, Any]:
     assert cb.coalitions["c0"].status == "active" and cb.coalitions["c0"].leader == 2
     assert set(cb.coalitions["c0"].members) == {0, 1, 2} and cb.coalitions["c0"].pool > 0
     assert cb.coalitions["c1"].status == "proposed" and cb.coalitions["c1"].invited == {1}
-    assert book.messages and book.pitches[0].counters and negotiation._plans
-    assert bidding._bids and bidding._plans and bidding.agent_selection == "bidder_1"
+    assert book.messages and book.pitches[0].counters and negotiation.orders.plans
+    assert bidding.orders.bids and bidding.orders.plans and bidding.agent_selection == "bidder_1"
     return {"design": design, "negotiation": negotiation, "bidding": bidding, "job_id": job.job_id}
 
 
@@ -225,11 +225,11 @@ CASES: list[tuple[str, Any, tuple[str, ...]]] = [
 
 def _apply_bad(env: Any, action: Any) -> tuple[str, dict[str, Any]]:
     seat = env.agent_selection
-    turn = env._turn
+    turn = env.turn
     before = state_digest(env)
     env.step(action)  # must not raise
     assert state_digest(env) == before, f"{action!r} changed the state"
-    assert env._turn == turn + 1 or env.agent_selection != seat  # only the turn moved on
+    assert env.turn == turn + 1 or env.agent_selection != seat  # only the turn moved on
     return seat, env.infos[seat]
 
 
@@ -374,7 +374,7 @@ def _fuzz_step(env: Any, action: Any) -> None:
         return
     twin = copy.deepcopy(env)
     before = state_digest(env)
-    last_turn = env._turn == len(env._schedule) - 1
+    last_turn = env.turn == len(env.schedule) - 1
     env.step(action)
     info = env.infos[seat]
     if "error" in info:
@@ -385,7 +385,7 @@ def _fuzz_step(env: Any, action: Any) -> None:
         if not last_turn:
             assert state_digest(env) == before
     w = env.world
-    assert abs(env.credit_balance()) <= 1e-6 * env._initial_credits
+    assert abs(env.credit_balance()) <= 1e-6 * env.initial_credits
     assert all(lab.budget >= -1e-9 for lab in w.labs) and (w.holdings >= 0).all()
     assert all(math.isfinite(r) for r in env.rewards.values())
 

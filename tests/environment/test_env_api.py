@@ -118,7 +118,7 @@ def test_random_text_actions_are_handled(scenario: str) -> None:
                 assert "error" in info and info["error"], info
                 assert info["reward_components"]["invalid_action"] == -penalty
                 errors += 1
-            assert abs(raw.credit_balance()) <= 1e-6 * raw._initial_credits
+            assert abs(raw.credit_balance()) <= 1e-6 * raw.initial_credits
         assert not env.agents and errors > 10
 
 

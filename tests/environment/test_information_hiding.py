@@ -66,7 +66,7 @@ def plant_sentinels(env) -> None:
         for k, job in enumerate(lab.jobs):  # including jobs that arrive later and surge jobs
             job.job_id = f"job_SENTINEL_{lab.index}_{k}"
             job.value = sentinel_value(lab.index, k)
-    env._initial_credits = sum(lab.budget for lab in env.world.labs)
+    env.initial_credits = sum(lab.budget for lab in env.world.labs)
 
 
 def live_job_id(obs):

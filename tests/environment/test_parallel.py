@@ -15,7 +15,9 @@ from support import sweep_skip_reason
 import scenarios
 from agents.registry import make_agent
 from market.core.actions import AcceptOffer, Finish, SendOffer, Wait
-from market.environment.aec import DESIGNER, LEGAL, parallel_env, raw_env
+from market.core.phases import LEGAL
+from market.core.seats import DESIGNER
+from market.environment import parallel_env, raw_env
 from market.environment.parallel import ParallelMarketEnv
 from market.environment.wrappers import MENU_NAMES, rl_parallel_env
 from market.run.rollout import default_seats, run_episode

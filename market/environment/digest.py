@@ -1,0 +1,50 @@
+"""The market part of the env's state digest (transcripts and replay check it step by step).
+
+Floats enter by exact ``repr`` and arrays by their bytes, so equal digests mean bit-equal states.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from market.core.bidding import RoundOrders
+from market.core.coalitions import CoalitionBook
+from market.core.mechanisms import Mechanism
+from market.core.negotiation import Book
+from market.core.world import World
+
+
+def market_digest(
+    w: World, book: Book, coalitions: CoalitionBook, mechanism: Mechanism, potential: np.ndarray,
+    orders: RoundOrders,
+) -> bytes:  # fmt: skip
+    """SHA-256 of budgets, reputations, holdings, jobs, offers, contracts, pitches, coalitions,
+    this round's bids and plans, id counters, the message count and the latest message, the
+    mechanism, operator and external credits, and the labs' settled job potential."""
+    h = hashlib.sha256()
+    h.update(repr((w.operator_credits, w.external_credits, mechanism.model_dump_json())).encode())
+    h.update(w.holdings.tobytes())
+    h.update(w.capacity.tobytes())
+    h.update(w.reliability.tobytes())
+    h.update(potential.tobytes())
+    for lab in w.labs:
+        h.update(repr((lab.budget, lab.reputation, lab.active, lab.entered, lab.exit_round,
+                       [(j.job_id, j.progress, j.status, j.realized) for j in lab.jobs])).encode())  # fmt: skip
+    h.update(repr([(o.offer_id, o.sender, o.recipient, o.side, o.blocks, o.price, o.delivery_round,
+                    o.expires_round, o.status) for o in book.offers.values()]).encode())  # fmt: skip
+    h.update(repr([(c.contract_id, c.seller, c.buyer, c.blocks, c.price, c.delivery_round, c.delivered)
+                   for c in book.contracts]).encode())  # fmt: skip
+    last_message = book.messages[-1] if book.messages else None
+    h.update(repr((book.next_offer, book.next_contract, coalitions.next_id, len(book.messages),
+                   last_message and (last_message.sender, last_message.recipients, last_message.text),
+                   [(p.lab, p.text, p.blocks_requested, p.job_id, p.counters)
+                    for p in book.pitches.values()])).encode())  # fmt: skip
+    h.update(repr([(c.coalition_id, c.leader, c.members, sorted(c.invited), c.status, c.term_end,
+                    sorted(c.balances.items()), sorted(c.contributed.items()))
+                   for c in coalitions.coalitions.values()]).encode())  # fmt: skip
+    h.update(repr((sorted((k, e.bids) for k, e in orders.bids.items()),
+                   sorted((k, e.lab, e.bids) for k, e in orders.coalition_bids.items()),
+                   sorted((k, sorted(v.items())) for k, v in orders.plans.items()))).encode())  # fmt: skip
+    return h.digest()

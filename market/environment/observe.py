@@ -1,0 +1,227 @@
+"""Builds each seat's :class:`~market.environment.observations.Observation` from the env's state.
+
+A seat sees its own private state, the public market view, what is addressed to it and what the
+mechanism reveals (see :mod:`market.environment.observations`). Views that cannot change before the
+round ends are built once per round and seat; the mechanism's view once per mechanism.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Protocol, TypeVar
+
+from market.core.coalitions import Coalition, CoalitionBook
+from market.core.collusion import SUSPECTED
+from market.core.mechanisms import Mechanism
+from market.core.negotiation import Book, Offer
+from market.core.phases import LEGAL
+from market.core.rewards import bid_distribution
+from market.core.seats import DESIGNER, lab_index
+from market.core.settlement import RoundResult
+from market.core.shocks import Shock
+from market.core.world import World
+from market.environment.observations import (
+    CoalitionView,
+    ContractView,
+    DesignerStats,
+    JobView,
+    MarketResultView,
+    MechanismView,
+    MessageView,
+    Observation,
+    OfferView,
+    PitchView,
+    ShockView,
+    fast_model,
+)
+from scenarios.schema import Scenario
+
+T = TypeVar("T")
+
+
+class MarketState(Protocol):
+    """The env state an observation is built from (``raw_env`` provides it)."""
+
+    world: World
+    round: int
+    phase: str
+    scenario: Scenario
+    mechanism: Mechanism
+    book: Book
+    coalitions: CoalitionBook
+    shocks: list[Shock]
+    prices: list[float]
+    results: list[RoundResult]
+    designer_history: dict[str, list[float]]
+
+
+class SeatViews:
+    """The observation builder of one env, with its per-round and per-mechanism caches."""
+
+    def __init__(self) -> None:
+        self._round_cache: dict[Hashable, object] = {}
+        self._mech_views: dict[bool, tuple[Mechanism, MechanismView]] = {}
+        self._seat_cache: dict[str, tuple[tuple[int, str, bool], Observation]] = {}
+
+    def observe(self, env: MarketState, agent: str, version: int, acting: bool) -> Observation:
+        """``agent``'s observation, rebuilt only when the state it can see may have changed: after
+        a valid action other than wait (the env's state ``version``) and at round boundaries."""
+        key = (version, env.phase, acting)
+        cached = self._seat_cache.get(agent)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        obs = self.observation(env, agent, list(LEGAL[env.phase]) if acting else [])
+        self._seat_cache[agent] = (key, obs)
+        return obs
+
+    def new_round(self) -> None:
+        """Forget the per-round views (a round started, or a lab left)."""
+        self._round_cache = {}
+
+    def _per_round(self, key: Hashable, build: Callable[[], T]) -> T:
+        """A view that cannot change before the round ends, built once per round and seat."""
+        cache = self._round_cache
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]  # type: ignore[return-value]
+
+    def observation(self, env: MarketState, agent: str, legal: list[str]) -> Observation:
+        """``agent``'s observation of ``env`` now, with ``legal`` as its legal actions."""
+        world, now = env.world, env.round
+        is_designer = agent == DESIGNER
+        me = -1 if is_designer else lab_index(agent)
+        seat_of = world.labs
+        active_labs = self._per_round("active", lambda: [lab.seat for lab in seat_of if lab.active])
+        messages = [
+            fast_model(MessageView, sender=seat_of[m.sender].seat,
+                       to="all" if m.recipients is None else [seat_of[i].seat for i in m.recipients],
+                       text=m.text, round=m.round)
+            for m in env.book.messages[-20:]
+            if m.recipients is None or m.sender == me or me in m.recipients
+        ]  # fmt: skip
+        pitches = [
+            fast_model(PitchView, lab=seat_of[p.lab].seat, text=p.text, blocks_requested=p.blocks_requested,
+                       counters=[f"{seat_of[c].seat}: {t}" for c, t in p.counters])
+            for p in env.book.pitches.values()
+        ]  # fmt: skip
+        public_coalitions = [coalition_view(world, c, me, private=False)
+                             for c in env.coalitions.coalitions.values() if c.status != "dissolved"]  # fmt: skip
+        results, prices = env.results, env.prices
+        fields: dict[str, object] = dict(
+            seat=agent, role="designer" if is_designer else "bidder", round=now,
+            rounds_total=env.scenario.rounds, value_unit=env.scenario.rewards.value_unit,
+            phase=env.phase, legal_actions=legal,
+            mechanism=self._mechanism_view(env.mechanism, is_designer),
+            capacity=int(world.capacity[now]), reliability=float(world.reliability[now]),
+            energy_floor=float(world.energy_floor[now]), active_labs=active_labs,
+            reputations={lab.seat: lab.reputation for lab in seat_of if lab.active},
+            public_coalitions=public_coalitions, messages=messages, pitches=pitches,
+            shocks=self._per_round(("shocks", me), lambda: shock_views(world, env.shocks, now, me)),
+            price_history=self._per_round(("prices", is_designer), lambda: [
+                p if (r.mechanism.reveal_clearing_price and (r.sold or r.mechanism.reveal_reserve) or is_designer) else None
+                for p, r in zip(prices, results, strict=True)]),
+            last_result=self._per_round(("result", me), lambda: result_view(world, results, me, is_designer)),
+        )  # fmt: skip
+        if is_designer:
+            h = env.designer_history
+            fields["designer_stats"] = self._per_round("stats", lambda: fast_model(
+                DesignerStats, welfare_ratio=list(h["welfare_ratio"]), fairness=list(h["fairness"]),
+                participation=list(h["participation"]), stability=list(h["stability"]),
+                revenue=[r.revenue for r in results], prices=list(prices),
+                suspected_cartels=sum(1 for _, score in results[-1].suspected if score >= SUSPECTED)
+                if results else 0,
+                active_labs=len(active_labs)))  # fmt: skip
+        else:
+            lab = world.labs[me]
+            book = env.book
+            fields.update(
+                budget=lab.budget, reputation=lab.reputation,
+                holdings=world.holdings[me, now:].tolist(),
+                jobs=self._per_round(("jobs", me), lambda: [
+                    fast_model(JobView, job_id=j.job_id, size=j.size, progress=j.progress, deadline=j.deadline,
+                               value=j.value, partial_credit=j.partial_credit,
+                               min_reliability=j.min_reliability, status=j.status)
+                    for j in lab.jobs if j.status != "pending"]),
+                offers_received=[offer_view(world, o) for o in book.offers.values()
+                                 if o.recipient == me and o.status == "open"],
+                offers_sent=[offer_view(world, o) for o in book.offers.values() if o.sender == me and o.status == "open"],
+                contracts=[fast_model(ContractView, contract_id=c.contract_id, seller=seat_of[c.seller].seat,
+                                      buyer=seat_of[c.buyer].seat, blocks=c.blocks, price=c.price,
+                                      delivery_round=c.delivery_round)
+                           for c in book.contracts if c.delivered < 0 and me in (c.seller, c.buyer)],
+                coalitions=[coalition_view(world, c, me, private=True) for c in env.coalitions.of(me)],
+            )  # fmt: skip
+        obs: Observation = fast_model(Observation, **fields)
+        return obs
+
+    def _mechanism_view(self, mech: Mechanism, is_designer: bool) -> MechanismView:
+        """The mechanism as a seat sees it (the reserve hidden unless revealed); cached per mechanism."""
+        cached = self._mech_views.get(is_designer)
+        if cached is not None and cached[0] is mech:
+            return cached[1]
+        fields = mech.model_dump()
+        if not (mech.reveal_reserve or is_designer):
+            fields["reserve_price"] = None
+        view: MechanismView = fast_model(MechanismView, **fields)
+        self._mech_views[is_designer] = (mech, view)
+        return view
+
+
+def shock_views(world: World, shocks: list[Shock], now: int, me: int) -> list[ShockView]:
+    """The shocks lab ``me`` knows of by round ``now``: public ones and those that hit it."""
+    labs = world.labs
+    return [
+        fast_model(ShockView, kind=s.kind, round=s.round, duration=s.duration, magnitude=s.magnitude,
+                   target=None if s.target is None else labs[s.target].seat, public=s.public)
+        for s in shocks if s.round <= now and (s.public or (s.target == me and me >= 0))
+    ]  # fmt: skip
+
+
+def offer_view(world: World, o: Offer) -> OfferView:
+    labs = world.labs
+    view: OfferView = fast_model(
+        OfferView, offer_id=o.offer_id, sender=labs[o.sender].seat, recipient=labs[o.recipient].seat,
+        side=o.side, blocks=o.blocks, price=o.price, delivery_round=o.delivery_round,
+        expires_round=o.expires_round, status=o.status, message=o.message)  # fmt: skip
+    return view
+
+
+def coalition_view(world: World, c: Coalition, me: int, private: bool) -> CoalitionView:
+    """A coalition as lab ``me`` sees it: the pool and balance only for members (``private``)."""
+    labs = world.labs
+    member = private and me in c.members
+    view: CoalitionView = fast_model(CoalitionView,
+        coalition_id=c.coalition_id, leader=labs[c.leader].seat, members=[labs[m].seat for m in c.members],
+        invited=[labs[m].seat for m in sorted(c.invited)], purpose=c.purpose, split=c.split,
+        term_end=c.term_end, status=c.status, pool=c.pool if member else None,
+        my_balance=c.balances.get(me) if member else None,
+    )  # fmt: skip
+    return view
+
+
+def result_view(world: World, results: list[RoundResult], me: int, is_designer: bool) -> MarketResultView | None:
+    """Last round's clearing as far as the mechanism reveals it to lab ``me`` (or the designer)."""
+    if not results:
+        return None
+    r = results[-1]
+    m = r.mechanism
+    labs = world.labs
+    show_ids = m.reveal_winner_identity or is_designer
+    view: dict[str, object] = dict(round=r.round, auction_type=m.auction_type, blocks_sold=r.sold,
+                                   my_won=r.won.get(me, 0), my_paid=r.paid.get(me, 0.0))  # fmt: skip
+    # with nothing sold the 'price' is the reserve: shown only where the reserve is
+    if m.reveal_clearing_price and (r.sold or m.reveal_reserve) or is_designer:
+        view["clearing_price"] = r.price
+    if m.reveal_reserve or is_designer:
+        view["reserve"] = r.reserve
+    if show_ids:
+        view["winners"] = {labs[k].seat: v for k, v in sorted(r.won.items()) if v}
+        view["judge_grants"] = {labs[v.lab].seat: v.granted for v in r.verdicts if v.granted}
+    if m.reveal_competing_bids:
+        schedules = [list(e.bids) for e in r.bids]
+        view["competing_bids"] = schedules if show_ids else sorted(schedules, reverse=True)
+    if m.reveal_bid_distribution:
+        flat = sorted(b for e in r.bids for b in e.bids)
+        view["bid_distribution"] = bid_distribution(flat) if flat else {"count": 0.0}
+    out: MarketResultView = fast_model(MarketResultView, **view)
+    return out

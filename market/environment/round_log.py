@@ -1,0 +1,63 @@
+"""What the env reports about a round: the round-log summary (the transcript's ``round`` lines)
+and the ``ansi`` text rendering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from market.core.mechanisms import Mechanism
+from market.core.seats import bidder_seat
+from market.core.settlement import RoundResult
+from market.core.shocks import Shock
+from market.core.world import World
+
+
+def round_summary(
+    result: RoundResult, parts: dict[str, float], optimum: float, allocated: float,
+    shocks: list[Shock],
+) -> dict[str, Any]:  # fmt: skip
+    """One round's log entry: the clearing, the payments and penalties, welfare and shocks."""
+    return {
+        "round": result.round,
+        "mechanism": result.mechanism.model_dump(),
+        "reserve": result.reserve,
+        "capacity": result.capacity,
+        "auctioned": result.auctioned,
+        "price": result.price,
+        "sold": result.sold,
+        "revenue": result.revenue,
+        "bids": {(bidder_seat(e.lab) if e.coalition_id is None else e.coalition_id): e.bids for e in result.bids},
+        "won": {bidder_seat(k): v for k, v in sorted(result.won.items())},
+        "paid": {bidder_seat(k): v for k, v in sorted(result.paid.items())},
+        "judge": [v.to_log() for v in result.verdicts],
+        "shill_penalties": {bidder_seat(k): v for k, v in result.shill.items()},
+        "collusion_penalties": {bidder_seat(k): v for k, v in result.collusion.items()},
+        "suspected_cartels": [{"members": [bidder_seat(m) for m in ms], "score": s} for ms, s in result.suspected],
+        "optimal_welfare": optimum,
+        "allocated_welfare": allocated,
+        "designer": parts,
+        "shocks": [s.describe() for s in shocks if s.round == result.round],
+    }
+
+
+def render_text(
+    w: World, m: Mechanism, round_: int, rounds: int, phase: str, turn: str,
+    results: list[RoundResult],
+) -> str:  # fmt: skip
+    """The market at a glance: round, mechanism, capacity, each entered lab, the last clearing."""
+    lines = [
+        f"round {round_ + 1}/{rounds}  phase {phase}  turn {turn}",
+        f"mechanism {m.auction_type} reserve {m.reserve_price:g} policy {m.coalition_policy} judge_pool {m.judge_pool_share:g}",
+        f"capacity {int(w.capacity[min(round_, rounds - 1)])}  operator credits {w.operator_credits:.2f}",
+    ]
+    for lab in w.labs:
+        if not lab.entered:
+            continue
+        live = sum(1 for j in lab.jobs if j.status == "active")
+        done = sum(1 for j in lab.jobs if j.status == "done")
+        lines.append(f"  {lab.seat:<10} {'active' if lab.active else 'gone':<6} budget {lab.budget:9.2f} "
+                     f"rep {lab.reputation:.2f} jobs live {live} done {done}")  # fmt: skip
+    if results:
+        r = results[-1]
+        lines.append(f"last clearing: round {r.round + 1} price {r.price:.2f} sold {r.sold} revenue {r.revenue:.2f}")
+    return "\n".join(lines)
