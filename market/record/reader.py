@@ -40,7 +40,7 @@ def decode_number(x: Any) -> float:
     """A recorded number as a float: ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` decoded, other
     strings parsed by ``float`` (raising ``ValueError`` when they are not numbers)."""
     if isinstance(x, str):
-        return NON_FINITE[x] if x in NON_FINITE else float(x)  # type: ignore[index]
+        return NON_FINITE[x] if x in NON_FINITE else float(x)
     return float(x)
 
 

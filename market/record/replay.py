@@ -366,7 +366,7 @@ def builtin_drift(t: Transcript) -> str | None:
     name = t.header.scenario_name
     if name not in builtin_names():
         return None
-    current = jsonable(load_scenario(name).model_dump(mode="json", exclude=RUN_ONLY_KEYS))
+    current = jsonable(load_scenario(name).model_dump(mode="json", exclude=set(RUN_ONLY_KEYS)))
     # keys such as agent_timeout say how the episode was run, not what it is
     recorded = {k: v for k, v in t.header.scenario.items() if k not in RUN_ONLY_KEYS}
     diff = first_difference(recorded, current, "scenario")

@@ -201,7 +201,7 @@ def json_schema() -> dict[str, Any]:
 AnyRecord = Header | StepEvent | RoundSummary | Footer
 """One validated record of any type."""
 
-RECORD_MODELS: dict[str, type[BaseRecord]] = {
+RECORD_MODELS: dict[str, type[Header] | type[StepEvent] | type[RoundSummary] | type[Footer]] = {
     "header": Header,
     "step": StepEvent,
     "round": RoundSummary,

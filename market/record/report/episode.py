@@ -11,9 +11,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
-from market.record.reader import NON_FINITE, Transcript, read_transcript
+from market.record.reader import NON_FINITE, Transcript, decode_number, read_transcript
 from market.record.report.markup import clean_text
 from market.record.schema import StepEvent, TranscriptError
 
@@ -180,7 +180,7 @@ def as_mapping(value: Any) -> Mapping[Any, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     """An int or float (not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -188,7 +188,7 @@ def is_number(value: Any) -> bool:
 def as_float(value: Any) -> float:
     """A recorded number as a float (non-finite strings decoded); NaN for anything else."""
     if isinstance(value, str):
-        return NON_FINITE.get(value, math.nan)  # type: ignore[call-overload]
+        return decode_number(value) if value in NON_FINITE else math.nan
     return float(value) if is_number(value) else math.nan
 
 

@@ -66,7 +66,8 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     first = math.floor(lo / step) * step
-    ticks, t = [], first
+    ticks: list[float] = []
+    t = first
     while t <= hi + step * 0.5 and len(ticks) < 3 * n:
         ticks.append(round(t, 10))
         t += step
