@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from agents.base import BaseAgent
+from agents.llm.agent import make_llm_agent, unknown_parameter_message
 from agents.population import (
     ColluderBidder,
     DropoutBidder,
@@ -156,8 +157,6 @@ def _resolve(name: str) -> Callable[..., BaseAgent]:
 
 
 def _make_llm(kind: str, params: dict[str, Any]) -> BaseAgent:
-    from agents.llm.agent import make_llm_agent
-
     try:
         return make_llm_agent(kind, params)
     except (TypeError, ValueError) as exc:
@@ -166,8 +165,6 @@ def _make_llm(kind: str, params: dict[str, Any]) -> BaseAgent:
 
 def _check_params(name: str, factory: Callable[..., BaseAgent], params: dict[str, Any]) -> None:
     """Refuse a parameter the agent does not take, naming the ones it does (and the nearest)."""
-    from agents.llm.agent import unknown_parameter_message
-
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):  # no signature to check against: the call will say
