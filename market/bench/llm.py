@@ -30,14 +30,14 @@ from typing import Any
 from agents.llm.agent import LLMAgent
 from agents.llm.backends.base import RequestLimiter
 from agents.llm.backends.openai_backend import OpenAIBackend, aiohttp_available
+from agents.scripted import TruthfulBidder
+from market.bench.config import BenchConfig, SectionResult, SectionSkipped, metric
+from market.environment.aec import raw_env
 from market.environment.observations import Observation
 
 
 def bench_observations(n: int = 64, seed: int = 0) -> list[Observation]:
     """``n`` observations from ``market_round`` episodes (designer and labs, every phase)."""
-    from agents.scripted import TruthfulBidder
-    from market.environment.aec import raw_env
-
     out: list[Observation] = []
     env = raw_env("market_round")
     policy = TruthfulBidder()
@@ -170,6 +170,51 @@ def spawn_fake_server(latency_ms: float = 0.0) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# --- the suite's ``llm`` section ---------------------------------------------------------------
+def section_llm(config: BenchConfig) -> SectionResult:
+    """Decisions/s through ``LLMAgent.aact`` (see :mod:`market.bench.llm`) at each concurrency,
+    against ``llm_base_url`` or, by default, the fake server answering after a fixed latency:
+    that measures the client stack (agent, limiter, openai client, HTTP), not a model."""
+    if config.llm_base_url:
+        server = {"server": config.llm_base_url, "model": config.llm_model}
+        rows = _llm_levels(config, config.llm_base_url)
+    else:
+        server = {"server": "fake", "latency_ms": config.llm_latency_ms}
+        try:
+            with spawn_fake_server(config.llm_latency_ms) as url:
+                rows = _llm_levels(config, url)
+        except FileNotFoundError as exc:
+            raise SectionSkipped(str(exc)) from None
+    if not any(r["answered_per_s"] for r in rows):
+        raise SectionSkipped(f"the server at {server['server']} answered no request "
+                             f"({rows[0]['backend_errors']} errors at concurrency {rows[0]['concurrency']})")
+    result = SectionResult(details={**server, "rows": rows})
+    for r in rows:
+        c = r["concurrency"]
+        result.metrics.append(metric(f"llm.c{c}.decisions_per_s", r["decisions_per_s"],
+                                     "decisions/s", "higher", "llm", server))
+        result.metrics.append(metric(f"llm.c{c}.answered_per_s", r["answered_per_s"],
+                                     "requests/s", "higher", "llm", server))
+        result.metrics.append(metric(f"llm.c{c}.mean_latency_ms", r["mean_latency_ms"], "ms",
+                                     "lower", "llm", server))
+        result.metrics.append(metric(f"llm.c{c}.cpu_ms_per_decision", r["cpu_ms_per_decision"],
+                                     "ms", "lower", "llm", server))
+    return result
+
+
+def _llm_levels(config: BenchConfig, url: str) -> list[dict[str, Any]]:
+    rows = []
+    for c in config.llm_concurrency:
+        # about the same wall time per level: more decisions where more run at once
+        decisions = max(2 * config.llm_decisions_per_slot, config.llm_decisions_per_slot * c)
+        rows.extend(run_llm_bench(url, (c,), decisions, model=config.llm_model))
+    for r in rows:  # each level ran alone: relative to the first level, not to itself
+        r["speedup"] = r["decisions_per_s"] / rows[0]["decisions_per_s"]
+        base = rows[0]["answered_per_s"]
+        r["answered_speedup"] = r["answered_per_s"] / base if base else None
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from market.bench import suite as bench
+from market.bench import clearing, compare, config, memory, suite, throughput
 from market.cli import main
 
 
@@ -24,7 +24,7 @@ def _metric(name: str, value: float, direction: str = "higher", unit: str = "ste
 
 
 def _write(path: Path, metrics: list[dict[str, Any]], **top: Any) -> Path:
-    data = {"schema": bench.SCHEMA, "machine": {"cores": 2}, "metrics": metrics, **top}
+    data = {"schema": config.SCHEMA, "machine": {"cores": 2}, "metrics": metrics, **top}
     path.write_text(json.dumps(data))
     return path
 
@@ -65,12 +65,12 @@ def test_direction_decides_what_is_worse(tmp_path: Path) -> None:
     higher = _pair(tmp_path, [_metric("clearing.vcg.n1000.ms", 4.0, "lower", "ms")],
                    [_metric("clearing.vcg.n1000.ms", 5.0, "lower", "ms")])
     assert main(["bench", "--compare", *higher]) == 1  # 25% more time: a regression
-    assert bench.classify(4.0, 3.0, "lower", 0.2) == (-0.25, "improved")
-    assert bench.classify(4.0, 3.0, "higher", 0.2) == (-0.25, "regression")
-    assert bench.classify(4.0, 5.0, "higher", 0.2) == (0.25, "improved")
-    assert bench.classify(100.0, 119.0, "lower", 0.2)[1] == "ok"
-    assert bench.classify(0.0, 0.0, "lower", 0.2) == (None, "ok")
-    assert bench.classify(0.0, 3.0, "lower", 0.2) == (None, "n/a")
+    assert compare.classify(4.0, 3.0, "lower", 0.2) == (-0.25, "improved")
+    assert compare.classify(4.0, 3.0, "higher", 0.2) == (-0.25, "regression")
+    assert compare.classify(4.0, 5.0, "higher", 0.2) == (0.25, "improved")
+    assert compare.classify(100.0, 119.0, "lower", 0.2)[1] == "ok"
+    assert compare.classify(0.0, 0.0, "lower", 0.2) == (None, "ok")
+    assert compare.classify(0.0, 3.0, "lower", 0.2) == (None, "n/a")
 
 
 def test_changes_within_a_metrics_noise_floor_are_not_flagged(tmp_path: Path) -> None:
@@ -81,8 +81,8 @@ def test_changes_within_a_metrics_noise_floor_are_not_flagged(tmp_path: Path) ->
     big = _pair(tmp_path, [_metric("clearing.vcg.n1000.ms", 2.0, "lower", "ms", noise=0.1)],
                 [_metric("clearing.vcg.n1000.ms", 2.6, "lower", "ms", noise=0.1)])
     assert main(["bench", "--compare", *big]) == 1  # +0.6 ms, +30%: beyond the floor
-    assert bench.classify(0.06, 0.09, "lower", 0.2, noise=0.1) == (pytest.approx(0.5), "ok")
-    assert bench.classify(0.06, 0.09, "lower", 0.2)[1] == "regression"
+    assert compare.classify(0.06, 0.09, "lower", 0.2, noise=0.1) == (pytest.approx(0.5), "ok")
+    assert compare.classify(0.06, 0.09, "lower", 0.2)[1] == "regression"
     bad = _pair(tmp_path, [_metric("x.ms", 1.0, "lower", "ms", noise=-1)],
                 [_metric("x.ms", 1.0, "lower", "ms")])
     assert main(["bench", "--compare", *bad]) == 2
@@ -102,20 +102,20 @@ def test_values_of_different_contexts_are_not_compared(tmp_path: Path) -> None:
                    context={"server": "http://127.0.0.1:8080/v1", "model": "m"})]
     files = _pair(tmp_path, old, new)
     assert main(["bench", "--compare", *files]) == 0
-    cmp = bench.compare_reports(bench.load_report(Path(files[0])), bench.load_report(Path(files[1])))
+    cmp = compare.compare_reports(compare.load_report(Path(files[0])), compare.load_report(Path(files[1])))
     assert cmp.rows[0]["status"] == "not comparable" and not cmp.regressions
 
 
 @pytest.mark.parametrize("content, needle", [
     (None, "cannot read"),
     ("{not json", "not JSON"),
-    (json.dumps({"schema": bench.SCHEMA}), "no 'metrics' list"),
+    (json.dumps({"schema": config.SCHEMA}), "no 'metrics' list"),
     (json.dumps({"schema": "other/9", "metrics": []}), "schema 'other/9'"),
-    (json.dumps({"schema": bench.SCHEMA, "metrics": [{"name": "a", "value": "fast",
+    (json.dumps({"schema": config.SCHEMA, "metrics": [{"name": "a", "value": "fast",
                                                       "direction": "higher"}]}), "finite number"),
-    (json.dumps({"schema": bench.SCHEMA, "metrics": [{"name": "a", "value": 1,
+    (json.dumps({"schema": config.SCHEMA, "metrics": [{"name": "a", "value": 1,
                                                       "direction": "up"}]}), "'direction'"),
-    (json.dumps({"schema": bench.SCHEMA, "metrics": [_metric("a", 1), _metric("a", 2)]}),
+    (json.dumps({"schema": config.SCHEMA, "metrics": [_metric("a", 1), _metric("a", 2)]}),
      "appears twice"),
 ])
 def test_bad_files_exit_2_with_one_line(tmp_path: Path, capsys: Any, content: str | None,
@@ -148,7 +148,7 @@ def test_bad_options_exit_2(tmp_path: Path, capsys: Any) -> None:
 
 
 def test_parse_sections_keeps_suite_order() -> None:
-    assert bench.parse_sections("llm, steps") == ("steps", "llm")
+    assert config.parse_sections("llm, steps") == ("steps", "llm")
 
 
 # ----------------------------------------------------------------------------- exponent fit
@@ -157,18 +157,18 @@ SIZES = [300, 1000, 3000, 10_000]
 
 
 def test_growth_exponent_of_synthetic_timings() -> None:
-    assert bench.growth_exponent(SIZES, [3e-6 * n for n in SIZES]) == pytest.approx(1.0)
-    assert bench.growth_exponent(SIZES, [5e-9 * n * n for n in SIZES]) == pytest.approx(2.0)
-    nlogn = bench.growth_exponent(SIZES, [1e-7 * n * math.log(n) for n in SIZES])
-    assert nlogn == pytest.approx(bench.nlogn_exponent(SIZES))
+    assert clearing.growth_exponent(SIZES, [3e-6 * n for n in SIZES]) == pytest.approx(1.0)
+    assert clearing.growth_exponent(SIZES, [5e-9 * n * n for n in SIZES]) == pytest.approx(2.0)
+    nlogn = clearing.growth_exponent(SIZES, [1e-7 * n * math.log(n) for n in SIZES])
+    assert nlogn == pytest.approx(clearing.nlogn_exponent(SIZES))
     assert 1.1 < nlogn < 1.15
     # linear growth passes the n log n bar, quadratic does not
-    assert bench.growth_exponent(SIZES, SIZES) <= bench.nlogn_exponent(SIZES)
-    assert bench.growth_exponent(SIZES, [n**2 for n in SIZES]) > bench.nlogn_exponent(SIZES)
+    assert clearing.growth_exponent(SIZES, SIZES) <= clearing.nlogn_exponent(SIZES)
+    assert clearing.growth_exponent(SIZES, [n**2 for n in SIZES]) > clearing.nlogn_exponent(SIZES)
     with pytest.raises(ValueError):
-        bench.growth_exponent([10], [1.0])
+        clearing.growth_exponent([10], [1.0])
     with pytest.raises(ValueError):
-        bench.growth_exponent([10, 10], [1.0, 2.0])
+        clearing.growth_exponent([10, 10], [1.0, 2.0])
 
 
 def test_targets_read_the_figures() -> None:
@@ -177,14 +177,14 @@ def test_targets_read_the_figures() -> None:
                                        "exponents": {"vcg": 1.05, "first_price": 1.3},
                                        "ms": {1000: {"vcg": 3.0, "first_price": 25.0}},
                                        "env_step": {"labs": 100, "median_ms": 1.0}}}}
-    ok = {t["target"].split()[0]: t["ok"] for t in bench.targets(report)}
+    ok = {t["target"].split()[0]: t["ok"] for t in suite.targets(report)}
     assert ok == {"market_round": False, "vcg": True, "first_price": False, "clear()": False}
 
 
 def test_worker_levels() -> None:
-    assert bench.worker_levels(1) == [1]
-    assert bench.worker_levels(2) == [1, 2]
-    assert bench.worker_levels(8) == [1, 2, 8]
+    assert throughput.worker_levels(1) == [1]
+    assert throughput.worker_levels(2) == [1, 2]
+    assert throughput.worker_levels(8) == [1, 2, 8]
 
 
 # ------------------------------------------------------------------------------ quick runs
@@ -195,7 +195,7 @@ def test_quick_run_writes_the_json_schema(tmp_path: Path) -> None:
     code = main(["bench", "--quick", "--only", "steps,clearing,transcript",
                  "--scenario", "single_trade", "--json", str(out)])
     assert code == 0
-    report = bench.load_report(out)  # the loader's checks pass on our own output
+    report = compare.load_report(out)  # the loader's checks pass on our own output
     machine = report["machine"]
     assert machine["cores"] >= 1 and machine["python"] and machine["package_version"]
     assert {"timestamp", "git_commit"} <= set(machine)
@@ -211,15 +211,15 @@ def test_quick_run_writes_the_json_schema(tmp_path: Path) -> None:
         assert m["direction"] in ("higher", "lower") and isinstance(m["unit"], str)
         if not m["name"].endswith("overhead_pct"):  # noise can make an overhead negative
             assert math.isfinite(m["value"]) and m["value"] > 0, m
-    clearing = report["details"]["clearing"]
-    assert clearing["fit_sizes"] == [100, 300, 1000]
-    assert clearing["nlogn_exponent"] == pytest.approx(bench.nlogn_exponent([100, 300, 1000]))
+    details = report["details"]["clearing"]
+    assert details["fit_sizes"] == [100, 300, 1000]
+    assert details["nlogn_exponent"] == pytest.approx(clearing.nlogn_exponent([100, 300, 1000]))
     # a run compared with itself: nothing changed
     assert main(["bench", "--compare", str(out), str(out)]) == 0
 
 
 def test_env_memory_counts_the_envs() -> None:
-    row = bench.env_memory("single_trade", 3)
+    row = memory.env_memory("single_trade", 3)
     assert row["traced_kib"] > 1 and row["rss_kib"] >= 0
 
 
@@ -227,19 +227,19 @@ def test_ray_missing_is_a_skip_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> N
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "ray" else real(name, *a))
-    report = bench.run_suite(bench.quick_config(), ["ray"])
+    report = suite.run_suite(config.quick_config(), ["ray"])
     assert "not installed" in report["skipped"]["ray"] and report["metrics"] == []
 
 
 def test_a_failing_section_does_not_lose_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(config: bench.BenchConfig) -> bench.SectionResult:
+    def broken(cfg: config.BenchConfig) -> config.SectionResult:
         raise RuntimeError("boom\nsecond line")
 
-    def fine(config: bench.BenchConfig) -> bench.SectionResult:
-        return bench.SectionResult([bench.metric("memory.x.kib", 1.0, "KiB", "lower", "memory")])
+    def fine(cfg: config.BenchConfig) -> config.SectionResult:
+        return config.SectionResult([config.metric("memory.x.kib", 1.0, "KiB", "lower", "memory")])
 
-    monkeypatch.setitem(bench.RUNNERS, "llm", broken)
-    monkeypatch.setitem(bench.RUNNERS, "memory", fine)
-    report = bench.run_suite(bench.quick_config(), ["memory", "llm"])
+    monkeypatch.setitem(suite.RUNNERS, "llm", broken)
+    monkeypatch.setitem(suite.RUNNERS, "memory", fine)
+    report = suite.run_suite(config.quick_config(), ["memory", "llm"])
     assert report["skipped"] == {"llm": "error: RuntimeError: boom"}
     assert [m["name"] for m in report["metrics"]] == ["memory.x.kib"]
