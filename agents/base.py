@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from market.core.actions import ActionModel
-from market.environment.observations import Observation
+from market.environment import Observation
 
 
 @runtime_checkable

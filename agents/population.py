@@ -42,7 +42,7 @@ from market.core.actions import (
 )
 from market.core.mechanisms import first_price_equilibrium_bid
 from market.core.seats import lab_index
-from market.environment.observations import CoalitionView, JobView, Observation
+from market.environment import CoalitionView, JobView, Observation
 
 PENALISING = frozenset({"penalize_suspected", "penalize_confirmed"})
 

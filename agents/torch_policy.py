@@ -21,11 +21,14 @@ import numpy as np
 
 from agents.base import BaseAgent, as_flag
 from market.core.actions import ActionModel
-from market.environment import Observation, vector_size
-
-# TODO(layout): from ``market.environment`` once the package can re-export the wrappers' names
-# (today wrappers.py imports agents.scripted, so re-exporting them would cycle through agents.base)
-from market.environment.wrappers import MENU, MENU_NAMES, seat_rl_observation, translate
+from market.environment import (
+    MENU,
+    MENU_NAMES,
+    Observation,
+    seat_rl_observation,
+    translate,
+    vector_size,
+)
 
 TORCH_HINT = "needs torch: pip install 'gpumarket[rl]'"
 FORMAT = "gpumarket-torch-policy/1"

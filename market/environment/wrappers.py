@@ -39,6 +39,7 @@ from market.core.actions import (
 )
 from market.core.mechanisms import AUCTION_TYPES
 from market.core.negotiation import MAX_OPEN_OFFERS
+from market.core.seats import lab_index, seat_order
 from market.environment.aec import env
 from market.environment.observations import (
     JobView,
@@ -160,12 +161,10 @@ def _sell_spare(obs: Observation, unit_limit: int) -> Built:
     """Offer one block of this round that our live jobs cannot use to the next lab in seat order."""
     held = _held_now(obs)
     spare = held - sum(j.size - j.progress for j in _live_jobs(obs, runnable=True))
-    labs = sorted(obs.active_labs, key=lambda s: int(s.rsplit("_", 1)[1]))
+    labs = sorted(obs.active_labs, key=lab_index)
     others = [s for s in labs if s != obs.seat]
-    me = int(obs.seat.rsplit("_", 1)[1])
-    to = next(
-        (s for s in others if int(s.rsplit("_", 1)[1]) > me), others[0] if others else obs.seat
-    )
+    me = seat_order(obs.seat)[1]  # the lab index (0 for the designer, who never sells)
+    to = next((s for s in others if lab_index(s) > me), others[0] if others else obs.seat)
     last = obs.price_history[-1] if obs.price_history else None
     price = round(last if last is not None else _floor_price(obs), 2)
     ok = spare >= 1 and bool(others) and len(obs.offers_sent or ()) < MAX_OPEN_OFFERS
