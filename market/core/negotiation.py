@@ -20,7 +20,7 @@ from market.core.actions import (
     SendOffer,
 )
 from market.core.ledger import ActionError, move_blocks, transfer_credits
-from market.core.seats import is_bidder_seat, lab_index
+from market.core.seats import bidder_seat, is_bidder_seat, lab_index
 from market.core.world import World
 
 OfferStatus = Literal["open", "accepted", "rejected", "countered", "expired", "void", "withdrawn"]
@@ -112,7 +112,7 @@ def seat_index(seat: str, n_labs: int, field_name: str) -> int:
         raise ActionError(f"{field_name} must be a bidder seat such as 'bidder_1', got {seat!r}")
     index = lab_index(seat)
     if index >= n_labs:
-        raise ActionError(f"{field_name} {seat!r} does not exist; seats are bidder_0 .. bidder_{n_labs - 1}")
+        raise ActionError(f"{field_name} {seat!r} does not exist; seats are {bidder_seat(0)} .. {bidder_seat(n_labs - 1)}")
     return index
 
 
