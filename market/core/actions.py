@@ -8,7 +8,7 @@ the DAEDALUS designer's flat mechanism JSON as is.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -44,6 +44,9 @@ class _Action(BaseModel):
 
     agent: str | None = Field(None, description="Optional: the seat this action is for; must be the acting seat.")
     reasoning: Text | None = Field(None, description="Optional free text (kept in transcripts, ignored by the market).")
+
+    if TYPE_CHECKING:  # every concrete action declares it as a Literal field with its one value
+        action_type: str
 
 
 class MechanismUpdate(BaseModel):
