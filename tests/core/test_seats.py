@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from market.core.ledger import ActionError
+from market.core.negotiation import seat_index
 from market.core.seats import DESIGNER, bidder_seat, is_bidder_seat, lab_index, seat_order
 
 
@@ -20,3 +22,12 @@ def test_malformed_names_are_refused(bad: object) -> None:
     assert not is_bidder_seat(bad)
     with pytest.raises(ValueError, match="not a bidder seat"):
         lab_index(bad)  # type: ignore[arg-type]
+
+
+def test_action_seat_fields_are_read_by_the_seat_helper() -> None:
+    """``negotiation.seat_index`` accepts exactly the seat names ``market.core.seats`` builds."""
+    assert seat_index(bidder_seat(2), 3, "to") == 2
+    with pytest.raises(ActionError, match="must be a bidder seat such as 'bidder_1'"):
+        seat_index("bidder_01", 3, "to")
+    with pytest.raises(ActionError, match="does not exist; seats are bidder_0 .. bidder_2"):
+        seat_index(bidder_seat(3), 3, "to")
