@@ -13,7 +13,7 @@ import numpy as np
 
 from market.core.seats import bidder_seat
 from market.core.world import Job, World, draw_job
-from scenarios.schema import SHOCK_KINDS, Scenario
+from scenarios.schema import SHOCK_KINDS, Scenario, ShockKind
 
 LAB_TARGETED = ("demand_surge", "budget_cut", "windfall", "lab_exit", "lab_entry")
 _RANDOM_MAGNITUDE = {
@@ -30,7 +30,7 @@ _RANDOM_MAGNITUDE = {
 
 @dataclass(frozen=True, slots=True)
 class Shock:
-    kind: str
+    kind: ShockKind
     round: int
     duration: int
     magnitude: float
