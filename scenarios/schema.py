@@ -26,6 +26,10 @@ SHOCK_KINDS: tuple[ShockKind, ...] = get_args(ShockKind)
 #: the designer composite's weighted components (rewards adds revenue and the composite itself)
 DesignerWeight = Literal["welfare_ratio", "fairness", "participation", "stability"]
 DESIGNER_WEIGHTS: tuple[DesignerWeight, ...] = get_args(DesignerWeight)
+#: the judge pool's judges, as a scenario's ``judge`` spec names them: ``"rule"`` exactly, or
+#: ``"llm:openai?key=value&..."`` (built by ``agents.llm.judge.make_judge``)
+JudgeKind = Literal["rule", "llm:openai"]
+JUDGE_KINDS: tuple[JudgeKind, ...] = get_args(JudgeKind)
 
 
 #: Scenario keys that say how episodes are run, not what they are: a run folder's or tournament's
@@ -168,7 +172,8 @@ class Scenario(_Strict):
     @classmethod
     def _judge_spec(cls, value: str) -> str:
         value = value.strip()
-        if value != "rule" and not value.startswith("llm:openai?"):
+        name, question_mark, _ = value.partition("?")  # an LLM judge takes parameters, the rule judge none
+        if name not in JUDGE_KINDS or bool(question_mark) != (name != "rule"):
             raise ValueError(
                 f"judge must be 'rule' or 'llm:openai?model=NAME&base_url=URL', got {value!r}")
         return value

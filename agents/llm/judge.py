@@ -41,6 +41,7 @@ from market.core.judge import (
 )
 from market.core.negotiation import Pitch
 from market.core.world import Lab
+from scenarios.schema import JUDGE_KINDS
 
 
 class LLMScores(BaseModel):
@@ -283,7 +284,7 @@ def check_judge_spec(spec: str) -> str:
     if not isinstance(spec, str) or not spec.strip():
         raise JudgeSpecError(f"empty judge spec; {JUDGE_SPEC_HELP}")
     name = spec.strip().partition("?")[0]
-    if name not in ("rule", "llm:openai"):
+    if name not in JUDGE_KINDS:
         raise JudgeSpecError(f"unknown judge {name!r}; {JUDGE_SPEC_HELP}")
     return spec.strip()
 
