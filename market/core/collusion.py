@@ -77,6 +77,8 @@ from typing import TypedDict, TypeVar
 import networkx as nx
 import numpy as np
 
+from market.core.mechanisms import CoalitionPolicy
+
 __all__ = [
     "CONFIRMED",
     "SUSPECTED",
@@ -99,7 +101,7 @@ MESSAGES_AT_SATURATION = 1.0
 DEFAULT_HISTORY = 64
 """Rounds of messages and bids an :class:`InteractionGraph` keeps by default."""
 
-_POLICY_THRESHOLD: dict[str, float | None] = {
+_POLICY_THRESHOLD: dict[CoalitionPolicy, float | None] = {
     "allow": None,
     "restrict": None,
     "penalize_suspected": SUSPECTED,
@@ -467,7 +469,7 @@ def detect_cartels(
     return out
 
 
-def flagged_labs(suspicions: list[CartelSuspicion], policy: str) -> set[int]:
+def flagged_labs(suspicions: list[CartelSuspicion], policy: CoalitionPolicy) -> set[int]:
     """Labs a coalition policy punishes: members of groups at or above its threshold.
 
     ``penalize_suspected`` uses :data:`SUSPECTED`, ``penalize_confirmed`` uses :data:`CONFIRMED`;

@@ -401,7 +401,7 @@ def _clear_posted_price(book: _Book, rng: np.random.Generator) -> Clearing:
 def clear(
     bids: np.ndarray,
     capacity: int,
-    auction_type: str,
+    auction_type: AuctionType,
     reserve: float,
     priority: np.ndarray,
     lottery_rng: np.random.Generator,
