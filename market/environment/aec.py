@@ -51,10 +51,11 @@ from scenarios import load_scenario
 from scenarios.schema import Scenario
 
 __all__ = ["DESIGNER", "LEGAL", "TALK_ACTIONS", "ObservationSpace", "env", "raw_env"]
+RENDER_MODES = ["ansi", "human"]
 _NO_LOTTERY = np.random.Generator(np.random.PCG64(0))  # never drawn from (see _end_round)
 
 
-class raw_env(AECEnv[str, Observation, Any]):
+class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
     """The GPU market as a PettingZoo AEC environment. See the module docstring.
 
     Public state (read it, do not write it): ``world``, ``book`` (offers, contracts, messages,
@@ -64,13 +65,13 @@ class raw_env(AECEnv[str, Observation, Any]):
     ``rewarded`` (the seats whose rewards the last step changed).
     """
 
-    metadata = {"name": "gpumarket_v0", "render_modes": ["ansi", "human"], "is_parallelizable": False}
+    metadata = {"name": "gpumarket_v0", "render_modes": RENDER_MODES, "is_parallelizable": False}
 
-    def __init__(self, scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: Any) -> None:
+    def __init__(self, scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: object) -> None:
         super().__init__()
         self.scenario: Scenario = load_scenario(scenario, **overrides)
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        if render_mode is not None and render_mode not in RENDER_MODES:
+            raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}")
         self.render_mode = render_mode
         n = self.scenario.n_seats
         self.possible_agents = ([DESIGNER] if self.scenario.designer_seat else []) + [bidder_seat(i) for i in range(n)]
@@ -78,17 +79,17 @@ class raw_env(AECEnv[str, Observation, Any]):
         # seeded per seat so that seats entering mid-episode also sample reproducibly
         self.action_spaces = {a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=k)
                               for k, a in enumerate(self.possible_agents)}  # fmt: skip
-        self._judge_spec: object = None
+        self._judge_spec: str | None = None
         self._digest_cache: tuple[World, int, bytes] | None = None
 
     # --- PettingZoo surface -------------------------------------------------------------
-    def observation_space(self, agent: str) -> gymnasium.spaces.Space[Any]:
+    def observation_space(self, agent: str) -> gymnasium.spaces.Space[Observation]:
         return self.observation_spaces[agent]
 
-    def action_space(self, agent: str) -> gymnasium.spaces.Space[Any]:
+    def action_space(self, agent: str) -> gymnasium.spaces.Space[str]:
         return self.action_spaces[agent]
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+    def reset(self, seed: int | None = None, options: dict[str, object] | None = None) -> None:
         sc = self.scenario
         if seed is not None:  # seats entering mid-episode must sample reproducibly too (seed_test)
             for i, a in enumerate(self.possible_agents):
@@ -117,8 +118,11 @@ class raw_env(AECEnv[str, Observation, Any]):
         self._potential = np.zeros(sc.n_seats)
         self.initial_credits = sum(lab.budget for lab in self.world.labs)
         self.agents = [DESIGNER] if sc.designer_seat else []
-        self.rewards, self._cumulative_rewards = {}, {}
-        self.terminations, self.truncations, self.infos = {}, {}, {}
+        self.rewards: dict[str, float] = {}
+        self._cumulative_rewards: dict[str, float] = {}
+        self.terminations: dict[str, bool] = {}
+        self.truncations: dict[str, bool] = {}
+        self.infos: dict[str, dict[str, object]] = {}
         self._pending: dict[str, dict[str, float]] = {}
         self.rewarded: set[str] = set()
         if sc.designer_seat:
@@ -134,7 +138,7 @@ class raw_env(AECEnv[str, Observation, Any]):
         acting = self.agent_selection == agent and self.is_live(agent)
         return self._views.observe(self, agent, self._version, acting)
 
-    def step(self, action: Any) -> None:
+    def step(self, action: object) -> None:
         agent = self.agent_selection
         if self.terminations.get(agent) or self.truncations.get(agent):
             self._was_dead_step(None)  # any action from a dead seat is ignored
@@ -147,7 +151,7 @@ class raw_env(AECEnv[str, Observation, Any]):
             if a in self.rewards:
                 self.rewards[a] = 0.0
         self.rewarded = {agent}
-        info: dict[str, Any] = {"round": self.round, "phase": self.phase}
+        info: dict[str, object] = {"round": self.round, "phase": self.phase}
         try:
             act = parse_action(action, designer=agent == DESIGNER)
             check_turn(act, agent, self.phase)
@@ -274,7 +278,7 @@ class raw_env(AECEnv[str, Observation, Any]):
         self._lab_reward(breach.contract.buyer, "trade_balance", breach.refund)
 
     # --- actions -----------------------------------------------------------------------
-    def _apply(self, agent: str, act: ActionModel) -> dict[str, Any]:
+    def _apply(self, agent: str, act: ActionModel) -> dict[str, object]:
         if agent == DESIGNER:
             if isinstance(act, actions.SetMechanism):
                 self.mechanism = act.mechanism.apply_to(self.mechanism)
@@ -416,7 +420,6 @@ class raw_env(AECEnv[str, Observation, Any]):
         return hashlib.sha256(repr(turn).encode()).hexdigest()
 
 
-def env(scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: Any) -> AECEnv[str, Observation, Any]:
+def env(scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: object) -> AECEnv:
     """The AEC env wrapped in PettingZoo's order-enforcing wrapper."""
-    wrapped: AECEnv[str, Observation, Any] = wrappers.OrderEnforcingWrapper(raw_env(scenario, render_mode=render_mode, **overrides))
-    return wrapped
+    return wrappers.OrderEnforcingWrapper(raw_env(scenario, render_mode=render_mode, **overrides))

@@ -9,13 +9,14 @@ asks, with ``model_construct`` from already-validated state (no copies of env in
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 Phase = Literal["design", "negotiation", "bidding", "done"]
 PHASES: tuple[str, ...] = ("design", "negotiation", "bidding", "done")
+M = TypeVar("M", bound=BaseModel)
 MAX_JOBS_IN_VECTOR = 4
 HOLDINGS_AHEAD = 3
 
@@ -178,7 +179,7 @@ class Observation(BaseModel):
     def to_prompt(self) -> str:
         """A compact text rendering for LLM seats (JSON sections with short headings)."""
 
-        def dump(value: Any) -> str:
+        def dump(value: object) -> str:
             if isinstance(value, BaseModel):
                 value = value.model_dump(exclude_none=True)
             elif isinstance(value, list):
@@ -252,7 +253,7 @@ def affordable(bids: list[float], budget: float, max_units: int) -> list[float]:
     return out
 
 
-def fast_model(cls: type[BaseModel], /, **fields: Any) -> Any:
+def fast_model(cls: type[M], /, **fields: object) -> M:
     """Build a model from trusted env state without validation (3x faster than model_construct).
 
     The env's state is validated where it enters (actions, scenarios); observations are built on
@@ -274,7 +275,7 @@ def fast_model(cls: type[BaseModel], /, **fields: Any) -> Any:
     return obj
 
 
-_DEFAULTS: dict[type[BaseModel], tuple[dict[str, Any], int]] = {}
+_DEFAULTS: dict[type[BaseModel], tuple[dict[str, object], int]] = {}
 
 
 def vector_size() -> int:

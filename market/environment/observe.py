@@ -151,8 +151,7 @@ class SeatViews:
                            for c in book.contracts if c.delivered < 0 and me in (c.seller, c.buyer)],
                 coalitions=[coalition_view(world, c, me, private=True) for c in env.coalitions.of(me)],
             )  # fmt: skip
-        obs: Observation = fast_model(Observation, **fields)
-        return obs
+        return fast_model(Observation, **fields)
 
     def _mechanism_view(self, mech: Mechanism, is_designer: bool) -> MechanismView:
         """The mechanism as a seat sees it (the reserve hidden unless revealed); cached per mechanism."""
@@ -162,7 +161,7 @@ class SeatViews:
         fields = mech.model_dump()
         if not (mech.reveal_reserve or is_designer):
             fields["reserve_price"] = None
-        view: MechanismView = fast_model(MechanismView, **fields)
+        view = fast_model(MechanismView, **fields)
         self._mech_views[is_designer] = (mech, view)
         return view
 
@@ -179,24 +178,22 @@ def shock_views(world: World, shocks: list[Shock], now: int, me: int) -> list[Sh
 
 def offer_view(world: World, o: Offer) -> OfferView:
     labs = world.labs
-    view: OfferView = fast_model(
+    return fast_model(
         OfferView, offer_id=o.offer_id, sender=labs[o.sender].seat, recipient=labs[o.recipient].seat,
         side=o.side, blocks=o.blocks, price=o.price, delivery_round=o.delivery_round,
         expires_round=o.expires_round, status=o.status, message=o.message)  # fmt: skip
-    return view
 
 
 def coalition_view(world: World, c: Coalition, me: int, private: bool) -> CoalitionView:
     """A coalition as lab ``me`` sees it: the pool and balance only for members (``private``)."""
     labs = world.labs
     member = private and me in c.members
-    view: CoalitionView = fast_model(CoalitionView,
+    return fast_model(CoalitionView,
         coalition_id=c.coalition_id, leader=labs[c.leader].seat, members=[labs[m].seat for m in c.members],
         invited=[labs[m].seat for m in sorted(c.invited)], purpose=c.purpose, split=c.split,
         term_end=c.term_end, status=c.status, pool=c.pool if member else None,
         my_balance=c.balances.get(me) if member else None,
     )  # fmt: skip
-    return view
 
 
 def result_view(world: World, results: list[RoundResult], me: int, is_designer: bool) -> MarketResultView | None:
@@ -223,5 +220,4 @@ def result_view(world: World, results: list[RoundResult], me: int, is_designer: 
     if m.reveal_bid_distribution:
         flat = sorted(b for e in r.bids for b in e.bids)
         view["bid_distribution"] = bid_distribution(flat) if flat else {"count": 0.0}
-    out: MarketResultView = fast_model(MarketResultView, **view)
-    return out
+    return fast_model(MarketResultView, **view)

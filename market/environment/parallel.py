@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import gymnasium
 from pettingzoo import ParallelEnv
@@ -11,6 +12,7 @@ from pettingzoo import ParallelEnv
 from market.core.phases import LEGAL
 from market.environment.aec import raw_env
 from market.environment.observations import Observation
+from market.environment.spaces import Info, Options
 from scenarios.schema import Scenario
 
 
@@ -24,7 +26,7 @@ def pass_seats(env: raw_env) -> list[str]:
     if env.phase == "done" or not env.agents:
         return []
     schedule, turn = env.schedule, env.turn
-    start, seen = 0, set()
+    start, seen = 0, set[str]()
     for k, (seat, phase) in enumerate(schedule):
         if k and (phase != schedule[k - 1][1] or seat in seen):
             if k > turn:
@@ -34,7 +36,7 @@ def pass_seats(env: raw_env) -> list[str]:
     return [s for s, _ in schedule[max(start, turn) :] if env.is_live(s)]
 
 
-class ParallelMarketEnv(ParallelEnv):
+class ParallelMarketEnv(ParallelEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
     """The market as a PettingZoo ``ParallelEnv``: one ``step`` is one pass over the seats.
 
     A round is the AEC schedule of docs/design.md, section 4: the design pass (``designer_0``),
@@ -73,7 +75,7 @@ class ParallelMarketEnv(ParallelEnv):
         self,
         scenario: str | Path | Scenario = "market_round",
         render_mode: str | None = None,
-        **overrides: Any,
+        **overrides: object,
     ) -> None:
         self.aec = raw_env(scenario, render_mode=render_mode, **overrides)
         self.scenario: Scenario = self.aec.scenario
@@ -87,15 +89,15 @@ class ParallelMarketEnv(ParallelEnv):
         # per-pass accumulators (see step) and the components last seen per seat
         self._rewards: dict[str, float] = {}
         self._components: dict[str, dict[str, float]] = {}
-        self._own: dict[str, dict[str, Any]] = {}
+        self._own: dict[str, Info] = {}
         self._done: dict[str, tuple[bool, bool]] = {}
         self._seen_components: dict[str, dict[str, float]] = {}
 
     # --- PettingZoo surface -------------------------------------------------------------
-    def observation_space(self, agent: str) -> gymnasium.spaces.Space:
+    def observation_space(self, agent: str) -> gymnasium.spaces.Space[Observation]:
         return self.observation_spaces[agent]
 
-    def action_space(self, agent: str) -> gymnasium.spaces.Space:
+    def action_space(self, agent: str) -> gymnasium.spaces.Space[str]:
         return self.action_spaces[agent]
 
     @property
@@ -107,8 +109,8 @@ class ParallelMarketEnv(ParallelEnv):
         return self.aec.seat_seed(agent)
 
     def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Observation], dict[str, dict]]:
+        self, seed: int | None = None, options: Options | None = None
+    ) -> tuple[dict[str, Observation], dict[str, Info]]:
         self.aec.reset(seed=seed, options=options)
         self._done, self._seen_components = {}, {}
         self._drain_dead()
@@ -119,9 +121,9 @@ class ParallelMarketEnv(ParallelEnv):
         return {a: self._observe(a) for a in self.agents}, {a: dict(info) for a in self.agents}
 
     def step(
-        self, actions: dict[str, Any]
+        self, actions: Mapping[str, object]
     ) -> tuple[
-        dict[str, Observation], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]
+        dict[str, Observation], dict[str, float], dict[str, bool], dict[str, bool], dict[str, Info]
     ]:
         env = self.aec
         before = list(self.agents)
@@ -172,7 +174,7 @@ class ParallelMarketEnv(ParallelEnv):
             obs if obs.legal_actions == legal else obs.model_copy(update={"legal_actions": legal})
         )
 
-    def _step_seat(self, seat: str, action: Any) -> None:
+    def _step_seat(self, seat: str, action: object) -> None:
         """One AEC step; adds the step's rewards and reward components to the pass totals.
 
         The env reports each seat's components accumulated since its own last step, and touches
@@ -183,7 +185,7 @@ class ParallelMarketEnv(ParallelEnv):
         self._own[seat] = {k: v for k, v in env.infos[seat].items() if k != "reward_components"}
         for a in [a for a in env.rewarded if a in env.infos]:  # the seats rewarded this step
             self._rewards[a] = self._rewards.get(a, 0.0) + float(env.rewards[a])
-            now = env.infos[a].get("reward_components", {})
+            now = cast(dict[str, float], env.infos[a].get("reward_components", {}))
             base = {} if a == seat else self._seen_components.get(a, {})
             total = self._components.setdefault(a, {})
             for name, value in now.items():
@@ -204,7 +206,7 @@ class ParallelMarketEnv(ParallelEnv):
 
 
 def parallel_env(
-    scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: Any
+    scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: object
 ) -> ParallelMarketEnv:
     """The parallel view: one parallel step per pass (design, each negotiation pass, bidding)."""
     return ParallelMarketEnv(scenario, render_mode=render_mode, **overrides)

@@ -22,7 +22,9 @@ What RLlib's ``PettingZooEnv`` does with the AEC env, and why it fits:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -30,12 +32,14 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import BaseParallelWrapper, BaseWrapper
 
+from market.environment.spaces import Info, Options
 from market.environment.wrappers import MENU, OBS_BOUND, rl_env, rl_parallel_env
 from scenarios.schema import Scenario
 
 OBS_KEY = "observations"  # the key RLlib's ActionMaskingRLModule reads the features from
 MASK_KEY = "action_mask"
 RAY_HINT = "needs ray[rllib]: pip install 'gpumarket[rl]'"
+RLObs = dict[str, np.ndarray]
 
 
 def rllib_observation_space(obs_size: int) -> spaces.Dict:
@@ -58,42 +62,44 @@ def _spaces(env: AECEnv | ParallelEnv) -> dict[str, spaces.Dict]:
     return {a: rllib_observation_space(size) for a in env.possible_agents}
 
 
-class RLlibKeysWrapper(BaseWrapper):
+class RLlibKeysWrapper(BaseWrapper):  # type: ignore[misc]  # pettingzoo ships no type hints
     """AEC: the RL view (``rl_env``) with RLlib's observation keys; actions are unchanged."""
 
     def __init__(self, env: AECEnv) -> None:
         super().__init__(env)
         self.observation_spaces = _spaces(env)
 
-    def observation_space(self, agent: str) -> spaces.Space:
+    def observation_space(self, agent: str) -> spaces.Dict:
         return self.observation_spaces[agent]
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         return to_rllib(self.env.observe(agent))
 
 
-class ParallelRLlibKeysWrapper(BaseParallelWrapper):
+class ParallelRLlibKeysWrapper(BaseParallelWrapper):  # type: ignore[misc]  # (no type hints)
     """Parallel: the RL view (``rl_parallel_env``) with RLlib's observation keys."""
 
     def __init__(self, env: ParallelEnv) -> None:
         super().__init__(env)
         self.observation_spaces = _spaces(env)
 
-    def observation_space(self, agent: str) -> spaces.Space:
+    def observation_space(self, agent: str) -> spaces.Dict:
         return self.observation_spaces[agent]
 
     def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict]]:
+        self, seed: int | None = None, options: Options | None = None
+    ) -> tuple[dict[str, RLObs], dict[str, Info]]:
         observations, infos = self.env.reset(seed=seed, options=options)
         return {a: to_rllib(o) for a, o in observations.items()}, infos
 
-    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+    def step(self, actions: Mapping[str, object]) -> tuple[
+        dict[str, RLObs], dict[str, float], dict[str, bool], dict[str, bool], dict[str, Info]
+    ]:
         observations, rewards, terms, truncs, infos = self.env.step(actions)
         return {a: to_rllib(o) for a, o in observations.items()}, rewards, terms, truncs, infos
 
 
-def _ray_wrappers() -> Any:
+def _ray_wrappers() -> ModuleType:
     try:
         from ray.rllib.env.wrappers import pettingzoo_env
     except ImportError as exc:
@@ -101,7 +107,7 @@ def _ray_wrappers() -> Any:
     return pettingzoo_env
 
 
-def _all_seats(wrapped: Any, env: AECEnv | ParallelEnv) -> Any:
+def _all_seats(wrapped: Any, env: AECEnv | ParallelEnv) -> Any:  # ray's wrapper
     """Give RLlib's wrapper every possible seat, not only those present after reset."""
     wrapped.possible_agents = list(env.possible_agents)
     spaces_ = {a: env.observation_space(a) for a in env.possible_agents}
@@ -125,7 +131,7 @@ def rllib_parallel_env(scenario: str | Path | Scenario = "market_round", **overr
     return _all_seats(_ray_wrappers().ParallelPettingZooEnv(par), par)
 
 
-def env_creator(config: dict[str, Any] | None = None) -> Any:
+def env_creator(config: Mapping[str, Any] | None = None) -> Any:
     """For ``ray.tune.register_env``: ``{"scenario": ..., "parallel": bool, **overrides}``."""
     config = dict(config or {})
     scenario = config.pop("scenario", "market_round")

@@ -9,6 +9,8 @@ import gymnasium
 from market.environment.observations import Observation
 
 ACTION_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
+Info = dict[str, object]  # a seat's info dict (``infos[seat]``)
+Options = dict[str, object]  # ``reset(options=...)`` (unused by the market)
 
 
 class ObservationSpace(gymnasium.spaces.Space[Observation]):

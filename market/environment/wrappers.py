@@ -13,10 +13,9 @@ sent as its native action and gets the env's normal invalid-action penalty and `
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -50,6 +49,7 @@ from market.environment.observations import (
     vector_size,
 )
 from market.environment.parallel import ParallelMarketEnv
+from market.environment.spaces import Info, Options
 from scenarios.schema import Scenario
 
 OBS_BOUND = 1e6  # vector entries are clipped to [-OBS_BOUND, OBS_BOUND]
@@ -213,8 +213,8 @@ def _pitch_urgent(obs: Observation, unit_limit: int) -> Built:
 
 
 # --- designer entries ----------------------------------------------------------------------
-def _mechanism(**fields: Any) -> SetMechanism:
-    return SetMechanism(mechanism=MechanismUpdate(**fields))
+def _mechanism(**fields: object) -> SetMechanism:
+    return SetMechanism(mechanism=MechanismUpdate.model_validate(fields))
 
 
 def _set_auction(auction_type: str) -> Callable[[Observation, int], Built]:
@@ -319,7 +319,7 @@ def seat_rl_observation(obs: Observation, max_units_per_bid: int = 0) -> dict[st
     }
 
 
-def as_index(action: Any) -> int | None:
+def as_index(action: object) -> int | None:
     """The integer in ``action`` (Python/NumPy int or a one-element int array), else None."""
     if isinstance(action, bool | np.bool_):
         return None
@@ -335,7 +335,7 @@ def as_index(action: Any) -> int | None:
 
 
 def _seed_spaces(
-    action_spaces: dict[str, spaces.Space], agents: list[str], seed: int | None
+    action_spaces: Mapping[str, spaces.Discrete[np.int64]], agents: list[str], seed: int | None
 ) -> None:
     """Seed every seat's action space from the episode seed (entrants sample reproducibly)."""
     if seed is not None:
@@ -345,7 +345,7 @@ def _seed_spaces(
             )
 
 
-class DiscreteActionWrapper(BaseWrapper):
+class DiscreteActionWrapper(BaseWrapper):  # type: ignore[misc]  # pettingzoo ships no type hints
     """AEC wrapper: ``Discrete(len(MENU))`` actions and dict observations with an action mask.
 
     ``step(i)`` translates menu entry ``i`` from the acting seat's current observation (see
@@ -359,16 +359,18 @@ class DiscreteActionWrapper(BaseWrapper):
         super().__init__(env)
         self.scenario: Scenario = env.unwrapped.scenario
         self.observation_spaces = {a: observation_space() for a in env.possible_agents}
-        self.action_spaces = {a: spaces.Discrete(len(MENU)) for a in env.possible_agents}
+        self.action_spaces: dict[str, spaces.Discrete[np.int64]] = {
+            a: spaces.Discrete(len(MENU)) for a in env.possible_agents
+        }
         self.action_names: tuple[str, ...] = MENU_NAMES
 
-    def observation_space(self, agent: str) -> spaces.Space:
+    def observation_space(self, agent: str) -> spaces.Dict:
         return self.observation_spaces[agent]
 
-    def action_space(self, agent: str) -> spaces.Space:
+    def action_space(self, agent: str) -> spaces.Discrete[np.int64]:
         return self.action_spaces[agent]
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+    def reset(self, seed: int | None = None, options: Options | None = None) -> None:
         self.env.reset(seed=seed, options=options)
         _seed_spaces(self.action_spaces, self.possible_agents, seed)
 
@@ -382,7 +384,7 @@ class DiscreteActionWrapper(BaseWrapper):
         obs = self.env.observe(agent)
         return translate(obs, index, self.scenario.capacity.max_units_per_bid)[0]
 
-    def step(self, action: Any) -> None:
+    def step(self, action: object) -> None:
         agent = self.env.agent_selection
         if self.env.terminations.get(agent) or self.env.truncations.get(agent):
             self.env.step(None)
@@ -399,13 +401,13 @@ class DiscreteActionWrapper(BaseWrapper):
 def rl_env(
     scenario: str | Path | Scenario = "market_round",
     render_mode: str | None = None,
-    **overrides: Any,
+    **overrides: object,
 ) -> DiscreteActionWrapper:
     """The order-enforced AEC env with the discrete macro-action menu and masks (the RL view)."""
     return DiscreteActionWrapper(env(scenario, render_mode=render_mode, **overrides))
 
 
-class ParallelDiscreteActionWrapper(BaseParallelWrapper):
+class ParallelDiscreteActionWrapper(BaseParallelWrapper):  # type: ignore[misc]  # (no type hints)
     """The RL view of :class:`~market.environment.parallel.ParallelMarketEnv` (for RLlib's parallel wrapper).
 
     Spaces, masks and translation are those of :class:`DiscreteActionWrapper`. An index is
@@ -418,19 +420,21 @@ class ParallelDiscreteActionWrapper(BaseParallelWrapper):
         super().__init__(env)
         self.scenario: Scenario = env.scenario
         self.observation_spaces = {a: observation_space() for a in env.possible_agents}
-        self.action_spaces = {a: spaces.Discrete(len(MENU)) for a in env.possible_agents}
+        self.action_spaces: dict[str, spaces.Discrete[np.int64]] = {
+            a: spaces.Discrete(len(MENU)) for a in env.possible_agents
+        }
         self.action_names: tuple[str, ...] = MENU_NAMES
         self._seen: dict[str, Observation] = {}
 
-    def observation_space(self, agent: str) -> spaces.Space:
+    def observation_space(self, agent: str) -> spaces.Dict:
         return self.observation_spaces[agent]
 
-    def action_space(self, agent: str) -> spaces.Space:
+    def action_space(self, agent: str) -> spaces.Discrete[np.int64]:
         return self.action_spaces[agent]
 
     def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict]]:
+        self, seed: int | None = None, options: Options | None = None
+    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Info]]:
         observations, infos = self.env.reset(seed=seed, options=options)
         _seed_spaces(self.action_spaces, self.possible_agents, seed)
         self._seen = observations
@@ -443,15 +447,15 @@ class ParallelDiscreteActionWrapper(BaseParallelWrapper):
         return translate(self._seen[agent], index, self.scenario.capacity.max_units_per_bid)[0]
 
     def step(
-        self, actions: dict[str, Any]
+        self, actions: Mapping[str, object]
     ) -> tuple[
         dict[str, dict[str, np.ndarray]],
         dict[str, float],
         dict[str, bool],
         dict[str, bool],
-        dict[str, dict],
+        dict[str, Info],
     ]:
-        native: dict[str, Any] = {}
+        native: dict[str, object] = {}
         chosen: dict[str, str] = {}
         for agent, action in actions.items():
             index = as_index(action)
@@ -472,7 +476,7 @@ class ParallelDiscreteActionWrapper(BaseParallelWrapper):
 def rl_parallel_env(
     scenario: str | Path | Scenario = "market_round",
     render_mode: str | None = None,
-    **overrides: Any,
+    **overrides: object,
 ) -> ParallelDiscreteActionWrapper:
     """The parallel env (one step per pass) with the discrete macro-action menu and masks."""
     return ParallelDiscreteActionWrapper(
