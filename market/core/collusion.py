@@ -76,6 +76,7 @@ from typing import TypedDict, TypeVar
 
 import networkx as nx
 import numpy as np
+from numpy.typing import NDArray
 
 from market.core.mechanisms import CoalitionPolicy
 
@@ -126,10 +127,10 @@ _NO_ROUND = sys.maxsize
 class _RoundBids:
     """One round of the auction, one entry per lab (labs that joined later are missing)."""
 
-    bid_units: np.ndarray  # int32, unit bids submitted (0 = abstained)
-    won_units: np.ndarray  # int32, blocks won
-    bid_max: np.ndarray  # float64, highest bid (0 if none)
-    active: np.ndarray  # bool
+    bid_units: NDArray[np.int32]  # unit bids submitted (0 = abstained)
+    won_units: NDArray[np.int32]  # blocks won
+    bid_max: NDArray[np.float64]  # highest bid (0 if none)
+    active: NDArray[np.bool_]
     reserve: float
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 AuctionType = Literal["first_price", "second_price", "vcg", "fair_share", "posted_price"]
@@ -65,9 +66,9 @@ class Clearing:
     second_price/vcg price, or -1 when the reserve (or nothing) set it.
     """
 
-    alloc: np.ndarray
-    payments: np.ndarray
-    won: np.ndarray
+    alloc: NDArray[np.int64]
+    payments: np.ndarray  # float64 (numpy's stubs type bincount's weighted sums loosely)
+    won: NDArray[np.bool_]
     price: float
     price_setter: int
 
@@ -93,12 +94,12 @@ _MONOTONE_RTOL = 1e-9  # rows may rise by this relative amount (float noise in m
 class _Book:
     """A validated bid matrix with its eligibility mask and stated demands."""
 
-    bids: np.ndarray  # (n, m) float64
+    bids: NDArray[np.float64]  # (n, m)
     capacity: int
     reserve: float
-    priority: np.ndarray  # (n,) int64
-    eligible: np.ndarray  # (n, m) bool
-    demand: np.ndarray  # (n,) int64, eligible units per bidder
+    priority: NDArray[np.int64]  # (n,)
+    eligible: NDArray[np.bool_]  # (n, m)
+    demand: NDArray[np.int64]  # (n,), eligible units per bidder
 
     @property
     def n(self) -> int:

@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from numpy.typing import NDArray
 
 from market.core.seats import bidder_seat
 from scenarios.schema import Scenario
 
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
 JobStatus = Literal["pending", "active", "done", "expired"]
 
 
@@ -76,13 +79,13 @@ class World:
     :mod:`market.core.ledger`)."""
 
     labs: list[Lab]
-    holdings: np.ndarray  # int64 (labs, rounds): blocks each lab owns for each round
-    base_capacity: np.ndarray  # int64 (rounds,) before shocks
-    capacity: np.ndarray  # int64 (rounds,) after shocks
-    reliability: np.ndarray  # float64 (rounds,) after shocks
-    energy_floor: np.ndarray  # float64 (rounds,) operator's floor price after shocks
-    entry_round: np.ndarray  # int64 (labs,): round each lab enters (-1: never)
-    blocks_issued: np.ndarray  # int64 (rounds,): blocks the operator handed out per round
+    holdings: IntArray  # int64 (labs, rounds): blocks each lab owns for each round
+    base_capacity: IntArray  # int64 (rounds,) before shocks
+    capacity: IntArray  # int64 (rounds,) after shocks
+    reliability: FloatArray  # float64 (rounds,) after shocks
+    energy_floor: FloatArray  # float64 (rounds,) operator's floor price after shocks
+    entry_round: IntArray  # int64 (labs,): round each lab enters (-1: never)
+    blocks_issued: IntArray  # int64 (rounds,): blocks the operator handed out per round
     operator_credits: float = 0.0
     external_credits: float = 0.0  # credits injected (windfalls) minus removed (budget cuts)
 
