@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from market.core.rewards import DESIGNER_COMPONENTS
 from market.core.seats import DESIGNER
 from market.run.health import judge_counts, seat_counts
 from market.run.rollout import EpisodeResult, run_episode, transcript_path
@@ -41,7 +42,7 @@ ROW_KEYS = (
     "transcript",
 )
 #: designer parts averaged over an episode's rounds (``row["designer"]``)
-DESIGNER_PARTS = ("welfare_ratio", "fairness", "participation", "stability", "revenue", "composite")
+DESIGNER_PARTS = DESIGNER_COMPONENTS
 
 
 class RunConfigError(ValueError):
