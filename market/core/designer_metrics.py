@@ -13,7 +13,7 @@ import numpy as np
 
 from market.core.coalitions import CoalitionBook
 from market.core.rewards import designer_composite, gini, optimal_welfare, stability
-from market.core.settlement import BidEntry
+from market.core.settlement import BidEntry, RoundResult
 from market.core.world import World
 from scenarios.schema import RewardSpec
 
@@ -66,8 +66,7 @@ def bidding_labs(entries: list[BidEntry], coalitions: CoalitionBook) -> set[int]
 
 def designer_parts(
     active: list[int], allocated_value: np.ndarray, d: Demand, blocks_total: int, optimum: float,
-    bidders: set[int], price: float, previous_price: float | None, revenue: float, capacity: int,
-    rewards: RewardSpec,
+    bidders: set[int], result: RoundResult, previous_price: float | None, rewards: RewardSpec,
 ) -> tuple[dict[str, float], float]:  # fmt: skip
     """The designer's round metrics with their ``composite``, and the allocated welfare."""
     sat = satisfaction(active, allocated_value, d, blocks_total)
@@ -78,8 +77,8 @@ def designer_parts(
         "fairness": 1.0 - gini(np.array(sat)),
         # share of the labs that still need blocks who bid (alone or through a coalition)
         "participation": len(bidders & demanders) / len(demanders) if demanders else 1.0,
-        "stability": stability(price, previous_price),
-        "revenue": revenue / max(1.0, capacity * rewards.value_unit),
+        "stability": stability(result.price, previous_price),
+        "revenue": result.revenue / max(1.0, result.capacity * rewards.value_unit),
     }
     parts["composite"] = designer_composite(
         parts["welfare_ratio"], parts["fairness"], parts["participation"], parts["stability"],

@@ -27,13 +27,17 @@ def apply_round_shocks(world: World, shocks: list[Shock], r: int, retire: Callab
             retire(shock.target)
 
 
-def entrants(world: World, shocks: list[Shock], r: int) -> list[int]:
-    """The labs scheduled to enter in round ``r`` that have not entered and have not exited."""
-    return [
-        i for i, lab in enumerate(world.labs)
-        if world.entry_round[i] == r and not lab.entered
-        and not any(s.kind == "lab_exit" and s.target == i and s.round <= r for s in shocks)
-    ]  # fmt: skip
+def admit_entrants(world: World, shocks: list[Shock], r: int) -> list[str]:
+    """Admit the labs scheduled to enter in round ``r`` that have not entered and have not exited
+    (an entrant whose exit shock has come never enters); returns their seats."""
+    seats = []
+    for i, lab in enumerate(world.labs):
+        if world.entry_round[i] == r and not lab.entered and not any(
+            s.kind == "lab_exit" and s.target == i and s.round <= r for s in shocks
+        ):
+            lab.entered = lab.active = True
+            seats.append(lab.seat)
+    return seats
 
 
 def retire_lab(

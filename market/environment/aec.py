@@ -11,14 +11,12 @@ wrong and how to fix it; ``step`` never raises on bad input. Dead seats are step
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.spaces import Text
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
@@ -32,7 +30,7 @@ from market.core.collusion import InteractionGraph
 from market.core.designer_metrics import bidding_labs, demand, designer_parts
 from market.core.judge import JudgeHistory
 from market.core.ledger import ActionError
-from market.core.lifecycle import apply_round_shocks, entrants, retire_lab
+from market.core.lifecycle import admit_entrants, apply_round_shocks, retire_lab
 from market.core.mechanisms import Mechanism
 from market.core.phases import LEGAL, TALK_ACTIONS, check_turn, round_schedule
 from market.core.production import run_round_blocks
@@ -42,11 +40,15 @@ from market.core.seats import DESIGNER, bidder_seat, lab_index
 from market.core.settlement import RoundResult, clear_round
 from market.core.shocks import Shock, apply_schedule, draw_shocks
 from market.core.world import World, generate_world
-from market.environment.digest import market_digest
+from market.environment.digest import StateDigests
 from market.environment.observations import Observation
 from market.environment.observe import SeatViews
 from market.environment.round_log import render_text, round_summary
-from market.environment.spaces import ACTION_CHARSET, ObservationSpace
+from market.environment.spaces import (
+    ObservationSpace,
+    seed_action_spaces,
+    text_action_spaces,
+)
 from scenarios import load_scenario
 from scenarios.schema import Scenario
 
@@ -76,11 +78,9 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         n = self.scenario.n_seats
         self.possible_agents = ([DESIGNER] if self.scenario.designer_seat else []) + [bidder_seat(i) for i in range(n)]
         self.observation_spaces = {a: ObservationSpace(a) for a in self.possible_agents}
-        # seeded per seat so that seats entering mid-episode also sample reproducibly
-        self.action_spaces = {a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=k)
-                              for k, a in enumerate(self.possible_agents)}  # fmt: skip
+        self.action_spaces = text_action_spaces(self.possible_agents)
         self._judge_spec: str | None = None
-        self._digest_cache: tuple[World, int, bytes] | None = None
+        self._digests = StateDigests()
 
     # --- PettingZoo surface -------------------------------------------------------------
     def observation_space(self, agent: str) -> gymnasium.spaces.Space[Observation]:
@@ -91,9 +91,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
 
     def reset(self, seed: int | None = None, options: dict[str, object] | None = None) -> None:
         sc = self.scenario
-        if seed is not None:  # seats entering mid-episode must sample reproducibly too (seed_test)
-            for i, a in enumerate(self.possible_agents):
-                self.action_spaces[a].seed(int(np.random.SeedSequence([seed, 7, i]).generate_state(1)[0]))
+        seed_action_spaces(self.action_spaces, self.possible_agents, seed)
         self.streams = RngStreams(seed)
         self.world: World = generate_world(sc, self.streams.stream("world"))
         shock_rng = self.streams.stream("shocks")
@@ -129,7 +127,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             self._add_seat(DESIGNER)
         self._skip_agent_selection = None
         self._start_round(0)
-        self.agent_selection = self.schedule[self.turn][0] if self.schedule else (self.agents[0] if self.agents else "")
+        if not self.schedule:  # else _start_round chose the first seat to act
+            self.agent_selection = self.agents[0] if self.agents else ""
         if self.render_mode == "human":
             self.render()
 
@@ -175,11 +174,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             self.render()
 
     def render(self) -> str | None:
-        if not hasattr(self, "world"):
-            text = "gpumarket: call reset() first"
-        else:
-            text = render_text(self.world, self.mechanism, self.round, self.scenario.rounds, self.phase,
-                               self.agent_selection, self.results)  # fmt: skip
+        text = render_text(self) if hasattr(self, "world") else "gpumarket: call reset() first"
         if self.render_mode == "human":
             print(text)
             return None
@@ -228,10 +223,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.round = r
         self._views.new_round()
         apply_round_shocks(world, self.shocks, r, lambda lab: self._retire(lab, voluntary=False))
-        for i in entrants(world, self.shocks, r):
-            lab = world.labs[i]
-            lab.entered = lab.active = True
-            self._add_seat(lab.seat)
+        for seat in admit_entrants(world, self.shocks, r):
+            self._add_seat(seat)
         for lab in world.labs:
             if lab.active:
                 execution.activate_jobs(lab.jobs, r)
@@ -370,10 +363,10 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             value = sum(j.potential() for j in jobs)
             self._lab_reward(i, "job_value", value - self._potential[i])
             self._potential[i] = value
-        parts, allocated = designer_parts(
-            active, allocated_value, wanted, blocks_total, optimum, bidding_labs(entries, self.coalitions),
-            result.price, self.prices[-1] if self.prices else None, result.revenue, result.capacity, sc.rewards,
-        )  # fmt: skip
+        bidders = bidding_labs(entries, self.coalitions)
+        previous = self.prices[-1] if self.prices else None
+        parts, allocated = designer_parts(active, allocated_value, wanted, blocks_total, optimum, bidders,
+                                          result, previous, sc.rewards)  # fmt: skip
         for name, value in parts.items():
             self.designer_history[name].append(value)
         if DESIGNER in self.rewards:
@@ -407,17 +400,9 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         return float(total - self.initial_credits - w.external_credits)
 
     def state_digest(self) -> str:
-        """SHA-256 (hex) of the state (:func:`~market.environment.digest.market_digest`, hashed once
-        per state version, then round, phase, turn and the seats' terminations)."""
-        cached = self._digest_cache
-        if cached is not None and cached[0] is self.world and cached[1] == self._version:
-            market = cached[2]
-        else:
-            market = market_digest(self.world, self.book, self.coalitions, self.mechanism, self._potential, self.orders)
-            self._digest_cache = (self.world, self._version, market)
-        turn = (market, self.round, self.phase, self.turn, self.agent_selection, len(self.results),
-                sorted(self.terminations.items()), sorted(self.truncations.items()))  # fmt: skip
-        return hashlib.sha256(repr(turn).encode()).hexdigest()
+        """SHA-256 (hex) of the market state and the turn, for transcripts and replay (see
+        :mod:`market.environment.digest`)."""
+        return self._digests.digest(self, self._version, self._potential)
 
 
 def env(scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: object) -> AECEnv:

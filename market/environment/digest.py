@@ -6,6 +6,7 @@ Floats enter by exact ``repr`` and arrays by their bytes, so equal digests mean 
 from __future__ import annotations
 
 import hashlib
+from typing import Protocol
 
 import numpy as np
 
@@ -13,7 +14,46 @@ from market.core.bidding import RoundOrders
 from market.core.coalitions import CoalitionBook
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import Book
+from market.core.settlement import RoundResult
 from market.core.world import World
+
+
+class DigestState(Protocol):
+    """What the state digest reads of the env (``raw_env`` provides it)."""
+
+    world: World
+    book: Book
+    coalitions: CoalitionBook
+    mechanism: Mechanism
+    orders: RoundOrders
+    round: int
+    phase: str
+    turn: int
+    agent_selection: str
+    results: list[RoundResult]
+    terminations: dict[str, bool]
+    truncations: dict[str, bool]
+
+
+class StateDigests:
+    """The env's state digest; the market part is hashed once per state version (it changes only
+    when the version does, as the observation cache also assumes), so a step costs a few
+    microseconds. The RNG state and the interaction graph count only through their effects."""
+
+    def __init__(self) -> None:
+        self._cache: tuple[World, int, bytes] | None = None
+
+    def digest(self, env: DigestState, version: int, potential: np.ndarray) -> str:
+        """SHA-256 (hex) of the market part, round, phase, turn and the seats' terminations."""
+        cached = self._cache
+        if cached is not None and cached[0] is env.world and cached[1] == version:
+            market = cached[2]
+        else:
+            market = market_digest(env.world, env.book, env.coalitions, env.mechanism, potential, env.orders)
+            self._cache = (env.world, version, market)
+        turn = (market, env.round, env.phase, env.turn, env.agent_selection, len(env.results),
+                sorted(env.terminations.items()), sorted(env.truncations.items()))  # fmt: skip
+        return hashlib.sha256(repr(turn).encode()).hexdigest()
 
 
 def market_digest(

@@ -3,13 +3,14 @@ and the ``ansi`` text rendering."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from market.core.mechanisms import Mechanism
 from market.core.seats import bidder_seat
 from market.core.settlement import RoundResult
 from market.core.shocks import Shock
 from market.core.world import World
+from scenarios.schema import Scenario
 
 
 def round_summary(
@@ -40,11 +41,22 @@ def round_summary(
     }
 
 
-def render_text(
-    w: World, m: Mechanism, round_: int, rounds: int, phase: str, turn: str,
-    results: list[RoundResult],
-) -> str:  # fmt: skip
+class RenderState(Protocol):
+    """What the text rendering reads of the env (``raw_env`` provides it)."""
+
+    world: World
+    mechanism: Mechanism
+    round: int
+    phase: str
+    agent_selection: str
+    scenario: Scenario
+    results: list[RoundResult]
+
+
+def render_text(env: RenderState) -> str:
     """The market at a glance: round, mechanism, capacity, each entered lab, the last clearing."""
+    w, m, round_, rounds = env.world, env.mechanism, env.round, env.scenario.rounds
+    phase, turn, results = env.phase, env.agent_selection, env.results
     lines = [
         f"round {round_ + 1}/{rounds}  phase {phase}  turn {turn}",
         f"mechanism {m.auction_type} reserve {m.reserve_price:g} policy {m.coalition_policy} judge_pool {m.judge_pool_share:g}",

@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping
 
 import gymnasium
+import numpy as np
+from gymnasium.spaces import Text
 
 from market.environment.observations import Observation
 
 ACTION_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
 Info = dict[str, object]  # a seat's info dict (``infos[seat]``)
 Options = dict[str, object]  # ``reset(options=...)`` (unused by the market)
+
+
+def text_action_spaces(agents: list[str]) -> dict[str, Text]:
+    """Each seat's text action space, seeded per seat so that entrants also sample reproducibly."""
+    return {a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=k)
+            for k, a in enumerate(agents)}  # fmt: skip
+
+
+def seed_action_spaces(
+    action_spaces: Mapping[str, gymnasium.spaces.Space[object]], agents: list[str], seed: int | None
+) -> None:
+    """Seed every seat's action space from the episode seed (entrants sample reproducibly)."""
+    if seed is not None:
+        for i, agent in enumerate(agents):
+            action_spaces[agent].seed(int(np.random.SeedSequence([seed, 7, i]).generate_state(1)[0]))
 
 
 class ObservationSpace(gymnasium.spaces.Space[Observation]):

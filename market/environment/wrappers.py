@@ -49,7 +49,7 @@ from market.environment.observations import (
     vector_size,
 )
 from market.environment.parallel import ParallelMarketEnv
-from market.environment.spaces import Info, Options
+from market.environment.spaces import Info, Options, seed_action_spaces
 from scenarios.schema import Scenario
 
 OBS_BOUND = 1e6  # vector entries are clipped to [-OBS_BOUND, OBS_BOUND]
@@ -334,17 +334,6 @@ def as_index(action: object) -> int | None:
     return None
 
 
-def _seed_spaces(
-    action_spaces: Mapping[str, spaces.Discrete[np.int64]], agents: list[str], seed: int | None
-) -> None:
-    """Seed every seat's action space from the episode seed (entrants sample reproducibly)."""
-    if seed is not None:
-        for i, agent in enumerate(agents):
-            action_spaces[agent].seed(
-                int(np.random.SeedSequence([seed, 7, i]).generate_state(1)[0])
-            )
-
-
 class DiscreteActionWrapper(BaseWrapper):  # type: ignore[misc]  # pettingzoo ships no type hints
     """AEC wrapper: ``Discrete(len(MENU))`` actions and dict observations with an action mask.
 
@@ -372,7 +361,7 @@ class DiscreteActionWrapper(BaseWrapper):  # type: ignore[misc]  # pettingzoo sh
 
     def reset(self, seed: int | None = None, options: Options | None = None) -> None:
         self.env.reset(seed=seed, options=options)
-        _seed_spaces(self.action_spaces, self.possible_agents, seed)
+        seed_action_spaces(self.action_spaces, self.possible_agents, seed)
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         return rl_observation(self.env.observe(agent), self.scenario)
@@ -436,7 +425,7 @@ class ParallelDiscreteActionWrapper(BaseParallelWrapper):  # type: ignore[misc] 
         self, seed: int | None = None, options: Options | None = None
     ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Info]]:
         observations, infos = self.env.reset(seed=seed, options=options)
-        _seed_spaces(self.action_spaces, self.possible_agents, seed)
+        seed_action_spaces(self.action_spaces, self.possible_agents, seed)
         self._seen = observations
         return {a: rl_observation(o, self.scenario) for a, o in observations.items()}, infos
 
