@@ -38,7 +38,7 @@ class CheckpointError(ValueError):
     """A checkpoint file is missing, unreadable or not a gpumarket torch policy."""
 
 
-def _import_torch() -> Any:
+def import_torch() -> Any:
     """torch, or a ValueError (the registry reports it as a one-line spec error)."""
     try:
         import torch
@@ -50,7 +50,7 @@ def _import_torch() -> Any:
 @cache
 def policy_net_class() -> type[Any]:
     """The policy network class, built once on first use (it subclasses ``torch.nn.Module``)."""
-    torch = _import_torch()
+    torch = import_torch()
     nn = torch.nn
 
     class PolicyNet(nn.Module):
@@ -127,7 +127,7 @@ def load_checkpoint(path: str | Path) -> tuple[Any, dict[str, Any]]:
     Loading is weights-only (no pickled code runs). The checkpoint must match this version's
     observation vector and menu, or the policy's inputs and outputs would mean something else.
     """
-    torch = _import_torch()
+    torch = import_torch()
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist (train one with "
@@ -169,7 +169,7 @@ class TorchPolicyAgent(BaseAgent):
         super().__init__()
         if not path:
             raise ValueError("give the checkpoint: torch_policy?path=FILE")
-        self.torch = _import_torch()
+        self.torch = import_torch()
         self.net, self.meta = load_checkpoint(path)
         self.path = str(path)
         self.sample = as_flag(sample, "sample")

@@ -38,10 +38,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from agents.registry import make_agent
-from agents.torch_policy import FORMAT, PolicyNet, TorchPolicyAgent, choose, masked_logits
+from agents.torch_policy import (
+    FORMAT,
+    TorchPolicyAgent,
+    choose,
+    import_torch,
+    masked_logits,
+    policy_net_class,
+)
 from market.core.seats import DESIGNER
 from market.environment.observations import vector_size
 from market.environment.wrappers import MENU, MENU_NAMES, DiscreteActionWrapper, rl_env
@@ -84,7 +90,7 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    net: PolicyNet
+    net: Any  # agents.torch_policy.PolicyNet
     config: TrainConfig
     curve: list[dict[str, float]] = field(default_factory=list)  # one point per update
     episodes: int = 0
@@ -132,9 +138,10 @@ class Trainer:
         specs = default_seats(raw.scenario)
         self.population = {s: make_agent(spec, "designer" if s == DESIGNER else "bidder")
                            for s, spec in specs.items() if s != config.seat}
+        torch = import_torch()  # an optional extra: a ValueError with the install hint
         self.torch_gen = torch.Generator().manual_seed(config.seed)
         self.seed_rng = np.random.default_rng(np.random.SeedSequence([config.seed, 1]))
-        self.net = PolicyNet(vector_size(), len(MENU), config.hidden)
+        self.net = policy_net_class()(vector_size(), len(MENU), config.hidden)
         self.net.init_weights(self.torch_gen)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.lr)
 
@@ -174,6 +181,8 @@ class Trainer:
 
     def update(self, batch: list[_Trajectory]) -> None:
         """One policy-gradient step on a batch of episodes (see the module docstring)."""
+        import torch
+
         steps = [t for t in batch if t.actions]
         if not steps:
             return
@@ -267,6 +276,8 @@ def train(config: TrainConfig,
 # --- checkpoints ---------------------------------------------------------------------------
 def save_checkpoint(result: TrainResult, path: str | Path) -> Path:
     """Write ``{"format", "meta", "state_dict"}`` with ``torch.save`` (loadable weights-only)."""
+    import torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"format": FORMAT, "meta": result.meta(), "state_dict": result.net.state_dict()},
