@@ -275,7 +275,7 @@ class FakeOpenAIServer:
                     self._send(400, {"error": {"message": "request body is not JSON"}})
                     return
                 auth = self.headers.get("Authorization") or ""
-                bearer = auth[7:] if auth.startswith("Bearer ") else None
+                bearer = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
                 status, payload, headers, delay = server._answer(self.path, body, bearer)
                 if delay > 0:
                     time.sleep(delay)
