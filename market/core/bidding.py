@@ -30,7 +30,7 @@ class RoundOrders:
         """The auction's rows: active labs' own bids by lab, then active coalitions' by id."""
         entries = [self.bids[i] for i in sorted(self.bids) if world.labs[i].active]
         entries += [e for cid, e in sorted(self.coalition_bids.items())
-                    if coalitions.coalitions[cid].status == "active"]  # fmt: skip
+                    if coalitions.coalitions[cid].status == "active"]
         return entries
 
     def allocate(self, world: World, me: int, act: AllocateToJob) -> None:
@@ -41,7 +41,7 @@ class RoundOrders:
     def place_bid(
         self, world: World, coalitions: CoalitionBook, mechanism: Mechanism, me: int, act: Bid,
         cap: int,
-    ) -> dict[str, int | str]:  # fmt: skip
+    ) -> dict[str, int | str]:
         """Validate and record lab ``me``'s bid schedule (at most ``cap`` unit bids)."""
         if len(act.bids) > cap:
             raise ActionError(f"{len(act.bids)} unit bids exceed the limit of {cap} this round; bid for at most {cap} blocks")

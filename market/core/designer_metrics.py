@@ -39,7 +39,7 @@ def demand(world: World, active: list[int], reliability: float) -> Demand:
                 remaining.append(job.size - job.progress)
                 owners.append(i)
     return Demand(np.array(unit_values), np.array(remaining, dtype=np.int64),
-                  np.array(owners, dtype=np.int64))  # fmt: skip
+                  np.array(owners, dtype=np.int64))
 
 
 def satisfaction(active: list[int], allocated: np.ndarray, d: Demand, blocks: int) -> np.ndarray:
@@ -67,7 +67,7 @@ def bidding_labs(entries: list[BidEntry], coalitions: CoalitionBook) -> set[int]
 def designer_parts(
     active: list[int], allocated_value: np.ndarray, d: Demand, blocks_total: int, optimum: float,
     bidders: set[int], result: RoundResult, previous_price: float | None, rewards: RewardSpec,
-) -> tuple[dict[str, float], float]:  # fmt: skip
+) -> tuple[dict[str, float], float]:
     """The designer's round metrics with their ``composite``, and the allocated welfare."""
     sat = satisfaction(active, allocated_value, d, blocks_total)
     demanders = set(d.owners.tolist())

@@ -43,7 +43,7 @@ def admit_entrants(world: World, shocks: list[Shock], r: int) -> list[str]:
 def retire_lab(
     world: World, book: negotiation.Book, coalitions: coal.CoalitionBook, lab_index: int, now: int,
     mechanism: Mechanism, voluntary: bool,
-) -> tuple[list[execution.Breach], list[float]]:  # fmt: skip
+) -> tuple[list[execution.Breach], list[float]]:
     """Lab ``lab_index`` leaves (finish or exit shock): live jobs settle now, its offers void, the
     forward contracts it sold are delivered or breached, and it leaves its coalitions (pools
     refund). Returns the breaches and the coalition-exit penalties, in order."""

@@ -23,7 +23,7 @@ LEGAL: dict[str, tuple[str, ...]] = {
     ),
     "bidding": ("bid", "allocate_to_job", "wait", "finish"),
     "done": (),
-}  # fmt: skip
+}
 
 
 def round_schedule(

@@ -12,7 +12,7 @@ from market.core.world import Job, World
 def run_round_blocks(
     world: World, active: list[int], now: int, plans: dict[int, dict[str, int]], reliability: float,
     rng: np.random.Generator,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """Run the blocks held for round ``now``; returns each lab's allocated value (before failures)."""
     allocated_value = np.zeros(len(world.labs))
     assignments: dict[int, list[tuple[Job, int]]] = {}

@@ -12,6 +12,7 @@ wrong and how to fix it; ``step`` never raises on bad input. Dead seats are step
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +28,15 @@ from market.core.actions import ActionModel, ActionParseError, parse_action
 from market.core.bidding import RoundOrders
 from market.core.claims import with_claims
 from market.core.collusion import InteractionGraph
-from market.core.designer_metrics import bidding_labs, demand, designer_parts
 from market.core.judge import JudgeHistory
 from market.core.ledger import ActionError
 from market.core.lifecycle import admit_entrants, apply_round_shocks, retire_lab
 from market.core.mechanisms import Mechanism
 from market.core.phases import LEGAL, TALK_ACTIONS, check_turn, round_schedule
-from market.core.production import run_round_blocks
-from market.core.rewards import optimal_welfare
 from market.core.rng import RngStreams
+from market.core.round_close import RewardEvent, breach_rewards, close_round
 from market.core.seats import DESIGNER, bidder_seat, lab_index
-from market.core.settlement import RoundResult, clear_round
+from market.core.settlement import RoundResult
 from market.core.shocks import Shock, apply_schedule, draw_shocks
 from market.core.world import World, generate_world
 from market.environment.digest import StateDigests
@@ -54,7 +53,6 @@ from scenarios.schema import Scenario
 
 __all__ = ["DESIGNER", "LEGAL", "TALK_ACTIONS", "ObservationSpace", "env", "raw_env"]
 RENDER_MODES = ["ansi", "human"]
-_NO_LOTTERY = np.random.Generator(np.random.PCG64(0))  # never drawn from (see _end_round)
 
 
 class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
@@ -209,6 +207,10 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
     def _lab_reward(self, lab: int, component: str, credits: float) -> None:
         self._reward(bidder_seat(lab), component, float(credits) / self.scenario.rewards.value_unit)
 
+    def _lab_rewards(self, events: Iterable[RewardEvent]) -> None:
+        for lab, component, credits in events:
+            self._lab_reward(lab, component, credits)
+
     def seat_seed(self, agent: str) -> int:
         """The seed for the agent in ``agent``'s seat (derived; reveals nothing about the episode seed)."""
         return self.streams.seat_seed(self.possible_agents.index(agent))
@@ -254,21 +256,14 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         lab = self.world.labs[lab_index]
         self._views.new_round()
         breaches, penalties = retire_lab(self.world, self.book, self.coalitions, lab_index, self.round,
-                                         self.mechanism, voluntary)  # fmt: skip
-        for breach in breaches:
-            self._record_breach(breach)
-        for penalty in penalties:
-            self._lab_reward(lab_index, "withdrawal_penalty", -penalty)
+                                         self.mechanism, voluntary)
+        self._lab_rewards(e for breach in breaches for e in breach_rewards(breach))
+        self._lab_rewards((lab_index, "withdrawal_penalty", -penalty) for penalty in penalties)
         delta = sum(j.potential() for j in lab.jobs) - self._potential[lab_index]
         self._potential[lab_index] += delta
         self._lab_reward(lab_index, "job_value", delta)
         if lab.seat in self.terminations:
             self.terminations[lab.seat] = True
-
-    def _record_breach(self, breach: execution.Breach) -> None:
-        self._lab_reward(breach.contract.seller, "withdrawal_penalty", -breach.penalty)
-        self._lab_reward(breach.contract.seller, "trade_balance", -breach.refund)
-        self._lab_reward(breach.contract.buyer, "trade_balance", breach.refund)
 
     # --- actions -----------------------------------------------------------------------
     def _apply(self, agent: str, act: ActionModel) -> dict[str, object]:
@@ -293,7 +288,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
                     self._lab_reward(offer.buyer, "trade_balance", -offer.price)
                     self.graph.record_trade(offer.seller, offer.buyer, now)
                 return {"offer_id": offer.offer_id, "status": offer.status,
-                        "contract_id": contract.contract_id if contract else None}  # fmt: skip
+                        "contract_id": contract.contract_id if contract else None}
             case actions.RejectOffer():
                 offer = negotiation.handle_reject(self.book, me, act)
                 return {"offer_id": offer.offer_id, "status": offer.status}
@@ -335,45 +330,16 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
     def _end_round(self) -> None:
         self._version += 1
         world, now, sc = self.world, self.round, self.scenario
-        active = [i for i, lab in enumerate(world.labs) if lab.active]
-        reliability = float(world.reliability[now])
-        blocks_total = int(world.capacity[now]) + int(world.holdings[active, now].sum()) if active else 0
-        entries = self.orders.entries(world, self.coalitions)
-        # One generator per round: the tie-break priority is drawn first (a fixed number of
-        # draws), then execution failures, so neither depends on what agents did.
-        round_rng = self.streams.stream("clearing", now)
-        priority = round_rng.permutation(len(world.labs))
-        # only posted_price draws a lottery; skip building its generator otherwise
-        lottery = self.streams.stream("clearing", now, 1) if self.mechanism.auction_type == "posted_price" else _NO_LOTTERY
-        result = clear_round(world, self.book, self.coalitions, self.graph, entries, self.mechanism, now,
-                             priority, lottery, self.judge, self.judge_history)  # fmt: skip
-        for component, amounts in (("auction_payments", result.paid), ("shill_penalty", result.shill),
-                                   ("collusion_penalty", result.collusion)):  # fmt: skip
-            for lab, amount in amounts.items():
-                self._lab_reward(lab, component, -amount)
-        for breach in execution.settle_contracts(world, self.book, now, self.mechanism.withdrawal_penalty):
-            self._record_breach(breach)
-        # optimal welfare over every live runnable job's remaining units, before execution
-        wanted = demand(world, active, reliability)
-        optimum = optimal_welfare(wanted.unit_values, wanted.remaining, blocks_total)
-        allocated_value = run_round_blocks(world, active, now, self.orders.plans, reliability, round_rng)
-        for i in active:  # retired labs settled their potential when they left
-            jobs = world.labs[i].jobs
-            execution.settle_jobs(jobs, now)
-            value = sum(j.potential() for j in jobs)
-            self._lab_reward(i, "job_value", value - self._potential[i])
-            self._potential[i] = value
-        bidders = bidding_labs(entries, self.coalitions)
-        previous = self.prices[-1] if self.prices else None
-        parts, allocated = designer_parts(active, allocated_value, wanted, blocks_total, optimum, bidders,
-                                          result, previous, sc.rewards)  # fmt: skip
+        close = close_round(self, self._potential)
+        self._lab_rewards(close.rewards)
+        result, parts = close.result, close.parts
         for name, value in parts.items():
             self.designer_history[name].append(value)
         if DESIGNER in self.rewards:
             self._reward(DESIGNER, "composite", parts["composite"])
         self.prices.append(result.price)
         self.results.append(result)
-        self.round_log.append(round_summary(result, parts, optimum, allocated, self.shocks))
+        self.round_log.append(round_summary(result, parts, close.optimum, close.allocated, self.shocks))
         # housekeeping for the next round
         coal.end_of_round(world, self.coalitions, now)
         negotiation.expire_offers(self.book, now)

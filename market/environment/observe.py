@@ -98,14 +98,14 @@ class SeatViews:
                        text=m.text, round=m.round)
             for m in env.book.messages[-20:]
             if m.recipients is None or m.sender == me or me in m.recipients
-        ]  # fmt: skip
+        ]
         pitches = [
             fast_model(PitchView, lab=seat_of[p.lab].seat, text=p.text, blocks_requested=p.blocks_requested,
                        counters=[f"{seat_of[c].seat}: {t}" for c, t in p.counters])
             for p in env.book.pitches.values()
-        ]  # fmt: skip
+        ]
         public_coalitions = [coalition_view(world, c, me, private=False)
-                             for c in env.coalitions.coalitions.values() if c.status != "dissolved"]  # fmt: skip
+                             for c in env.coalitions.coalitions.values() if c.status != "dissolved"]
         results, prices = env.results, env.prices
         fields: dict[str, object] = dict(
             seat=agent, role="designer" if is_designer else "bidder", round=now,
@@ -121,7 +121,7 @@ class SeatViews:
                 p if (r.mechanism.reveal_clearing_price and (r.sold or r.mechanism.reveal_reserve) or is_designer) else None
                 for p, r in zip(prices, results, strict=True)]),
             last_result=self._per_round(("result", me), lambda: result_view(world, results, me, is_designer)),
-        )  # fmt: skip
+        )
         if is_designer:
             h = env.designer_history
             fields["designer_stats"] = self._per_round("stats", lambda: fast_model(
@@ -130,7 +130,7 @@ class SeatViews:
                 revenue=[r.revenue for r in results], prices=list(prices),
                 suspected_cartels=sum(1 for _, score in results[-1].suspected if score >= SUSPECTED)
                 if results else 0,
-                active_labs=len(active_labs)))  # fmt: skip
+                active_labs=len(active_labs)))
         else:
             lab = world.labs[me]
             book = env.book
@@ -150,7 +150,7 @@ class SeatViews:
                                       delivery_round=c.delivery_round)
                            for c in book.contracts if c.delivered < 0 and me in (c.seller, c.buyer)],
                 coalitions=[coalition_view(world, c, me, private=True) for c in env.coalitions.of(me)],
-            )  # fmt: skip
+            )
         return fast_model(Observation, **fields)
 
     def _mechanism_view(self, mech: Mechanism, is_designer: bool) -> MechanismView:
@@ -173,7 +173,7 @@ def shock_views(world: World, shocks: list[Shock], now: int, me: int) -> list[Sh
         fast_model(ShockView, kind=s.kind, round=s.round, duration=s.duration, magnitude=s.magnitude,
                    target=None if s.target is None else labs[s.target].seat, public=s.public)
         for s in shocks if s.round <= now and (s.public or (s.target == me and me >= 0))
-    ]  # fmt: skip
+    ]
 
 
 def offer_view(world: World, o: Offer) -> OfferView:
@@ -181,7 +181,7 @@ def offer_view(world: World, o: Offer) -> OfferView:
     return fast_model(
         OfferView, offer_id=o.offer_id, sender=labs[o.sender].seat, recipient=labs[o.recipient].seat,
         side=o.side, blocks=o.blocks, price=o.price, delivery_round=o.delivery_round,
-        expires_round=o.expires_round, status=o.status, message=o.message)  # fmt: skip
+        expires_round=o.expires_round, status=o.status, message=o.message)
 
 
 def coalition_view(world: World, c: Coalition, me: int, private: bool) -> CoalitionView:
@@ -193,7 +193,7 @@ def coalition_view(world: World, c: Coalition, me: int, private: bool) -> Coalit
         invited=[labs[m].seat for m in sorted(c.invited)], purpose=c.purpose, split=c.split,
         term_end=c.term_end, status=c.status, pool=c.pool if member else None,
         my_balance=c.balances.get(me) if member else None,
-    )  # fmt: skip
+    )
 
 
 def result_view(world: World, results: list[RoundResult], me: int, is_designer: bool) -> MarketResultView | None:
@@ -205,7 +205,7 @@ def result_view(world: World, results: list[RoundResult], me: int, is_designer: 
     labs = world.labs
     show_ids = m.reveal_winner_identity or is_designer
     view: dict[str, object] = dict(round=r.round, auction_type=m.auction_type, blocks_sold=r.sold,
-                                   my_won=r.won.get(me, 0), my_paid=r.paid.get(me, 0.0))  # fmt: skip
+                                   my_won=r.won.get(me, 0), my_paid=r.paid.get(me, 0.0))
     # with nothing sold the 'price' is the reserve: shown only where the reserve is
     if m.reveal_clearing_price and (r.sold or m.reveal_reserve) or is_designer:
         view["clearing_price"] = r.price

@@ -16,7 +16,7 @@ from scenarios.schema import Scenario
 def round_summary(
     result: RoundResult, parts: dict[str, float], optimum: float, allocated: float,
     shocks: list[Shock],
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """One round's log entry: the clearing, the payments and penalties, welfare and shocks."""
     return {
         "round": result.round,
@@ -68,7 +68,7 @@ def render_text(env: RenderState) -> str:
         live = sum(1 for j in lab.jobs if j.status == "active")
         done = sum(1 for j in lab.jobs if j.status == "done")
         lines.append(f"  {lab.seat:<10} {'active' if lab.active else 'gone':<6} budget {lab.budget:9.2f} "
-                     f"rep {lab.reputation:.2f} jobs live {live} done {done}")  # fmt: skip
+                     f"rep {lab.reputation:.2f} jobs live {live} done {done}")
     if results:
         r = results[-1]
         lines.append(f"last clearing: round {r.round + 1} price {r.price:.2f} sold {r.sold} revenue {r.revenue:.2f}")

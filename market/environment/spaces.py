@@ -19,7 +19,7 @@ Options = dict[str, object]  # ``reset(options=...)`` (unused by the market)
 def text_action_spaces(agents: list[str]) -> dict[str, Text]:
     """Each seat's text action space, seeded per seat so that entrants also sample reproducibly."""
     return {a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=k)
-            for k, a in enumerate(agents)}  # fmt: skip
+            for k, a in enumerate(agents)}
 
 
 def seed_action_spaces(

@@ -1,0 +1,114 @@
+"""The end of a round, after the last bid: clearing, contract deliveries, execution, job
+settlement and the designer's metrics, with the labs' rewards in the order they accrue.
+
+One generator per round: the tie-break priority is drawn first (a fixed number of draws), then
+execution failures, so neither depends on what agents did. Only ``posted_price`` draws a lottery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from market.core import execution
+from market.core.bidding import RoundOrders
+from market.core.coalitions import CoalitionBook
+from market.core.collusion import InteractionGraph
+from market.core.designer_metrics import bidding_labs, demand, designer_parts
+from market.core.judge import Judge, JudgeHistory
+from market.core.mechanisms import Mechanism
+from market.core.negotiation import Book
+from market.core.production import run_round_blocks
+from market.core.rewards import optimal_welfare
+from market.core.rng import RngStreams
+from market.core.settlement import RoundResult, clear_round
+from market.core.world import World
+from scenarios.schema import Scenario
+
+RewardEvent = tuple[int, str, float]  # (lab, reward component, credits)
+_NO_LOTTERY = np.random.Generator(np.random.PCG64(0))  # never drawn from (see close_round)
+
+
+@dataclass(slots=True)
+class RoundClose:
+    """What closing a round gives the env: the clearing, the labs' rewards, the designer's
+    metrics (with ``composite``), the optimal and the allocated welfare."""
+
+    result: RoundResult
+    rewards: list[RewardEvent]
+    parts: dict[str, float]
+    optimum: float
+    allocated: float
+
+
+def breach_rewards(breach: execution.Breach) -> list[RewardEvent]:
+    """The seller's penalty and refund and the buyer's refund for a breached contract."""
+    seller, buyer = breach.contract.seller, breach.contract.buyer
+    return [(seller, "withdrawal_penalty", -breach.penalty), (seller, "trade_balance", -breach.refund),
+            (buyer, "trade_balance", breach.refund)]
+
+
+class RoundState(Protocol):
+    """The state a round closes over (``raw_env`` provides it)."""
+
+    @property
+    def world(self) -> World: ...
+    @property
+    def book(self) -> Book: ...
+    @property
+    def coalitions(self) -> CoalitionBook: ...
+    @property
+    def graph(self) -> InteractionGraph: ...
+    @property
+    def judge(self) -> Judge: ...
+    @property
+    def judge_history(self) -> JudgeHistory: ...
+    @property
+    def streams(self) -> RngStreams: ...
+    @property
+    def orders(self) -> RoundOrders: ...
+    @property
+    def mechanism(self) -> Mechanism: ...
+    @property
+    def round(self) -> int: ...
+    @property
+    def prices(self) -> list[float]: ...
+    @property
+    def scenario(self) -> Scenario: ...
+
+
+def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
+    """Clear the round, deliver contracts, run the blocks and settle jobs; ``potential`` (each
+    lab's settled job value so far) is updated in place."""
+    world, orders, mechanism, now = m.world, m.orders, m.mechanism, m.round
+    active = [i for i, lab in enumerate(world.labs) if lab.active]
+    reliability = float(world.reliability[now])
+    blocks_total = int(world.capacity[now]) + int(world.holdings[active, now].sum()) if active else 0
+    entries = orders.entries(world, m.coalitions)
+    round_rng = m.streams.stream("clearing", now)
+    priority = round_rng.permutation(len(world.labs))
+    lottery = m.streams.stream("clearing", now, 1) if mechanism.auction_type == "posted_price" else _NO_LOTTERY
+    result = clear_round(world, m.book, m.coalitions, m.graph, entries, mechanism, now, priority, lottery,
+                         m.judge, m.judge_history)
+    rewards: list[RewardEvent] = []
+    for component, amounts in (("auction_payments", result.paid), ("shill_penalty", result.shill),
+                               ("collusion_penalty", result.collusion)):
+        rewards += [(lab, component, -amount) for lab, amount in amounts.items()]
+    for breach in execution.settle_contracts(world, m.book, now, mechanism.withdrawal_penalty):
+        rewards += breach_rewards(breach)
+    # optimal welfare over every live runnable job's remaining units, before execution
+    wanted = demand(world, active, reliability)
+    optimum = optimal_welfare(wanted.unit_values, wanted.remaining, blocks_total)
+    allocated_value = run_round_blocks(world, active, now, orders.plans, reliability, round_rng)
+    for i in active:  # retired labs settled their potential when they left
+        jobs = world.labs[i].jobs
+        execution.settle_jobs(jobs, now)
+        value = sum(j.potential() for j in jobs)
+        rewards.append((i, "job_value", value - potential[i]))
+        potential[i] = value
+    bidders = bidding_labs(entries, m.coalitions)
+    parts, allocated = designer_parts(active, allocated_value, wanted, blocks_total, optimum, bidders,
+                                      result, m.prices[-1] if m.prices else None, m.scenario.rewards)
+    return RoundClose(result, rewards, parts, optimum, allocated)
