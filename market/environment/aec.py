@@ -251,17 +251,17 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
                 return
             self._start_round(self.round + 1)
 
-    def _retire(self, lab_index: int, voluntary: bool) -> None:
+    def _retire(self, i: int, voluntary: bool) -> None:
         """A lab leaves (finish or exit shock): live jobs settle now, offers void, pools refund."""
-        lab = self.world.labs[lab_index]
+        lab = self.world.labs[i]
         self._views.new_round()
-        breaches, penalties = retire_lab(self.world, self.book, self.coalitions, lab_index, self.round,
+        breaches, penalties = retire_lab(self.world, self.book, self.coalitions, i, self.round,
                                          self.mechanism, voluntary)
         self._lab_rewards(e for breach in breaches for e in breach_rewards(breach))
-        self._lab_rewards((lab_index, "withdrawal_penalty", -penalty) for penalty in penalties)
-        delta = sum(j.potential() for j in lab.jobs) - self._potential[lab_index]
-        self._potential[lab_index] += delta
-        self._lab_reward(lab_index, "job_value", delta)
+        self._lab_rewards((i, "withdrawal_penalty", -penalty) for penalty in penalties)
+        delta = sum(j.potential() for j in lab.jobs) - self._potential[i]
+        self._potential[i] += delta
+        self._lab_reward(i, "job_value", delta)
         if lab.seat in self.terminations:
             self.terminations[lab.seat] = True
 
