@@ -20,20 +20,53 @@ tournaments), ``market.train``, ``market.bench`` and ``market.cli`` (docs/design
 
 from __future__ import annotations
 
-# first: modules that read the version while this package is still importing can find it
-from market.version import __version__  # isort: skip
+import importlib
+from typing import TYPE_CHECKING
 
-from market.core.mechanisms import clear
-from market.environment import env, parallel_env, raw_env
-from market.record.replay import replay
-from market.run.evaluation import evaluate
-from market.run.mechanism_comparison import evaluate_mechanisms
-from market.run.rollout import run_episode
-from market.run.runner import run_scenario
-from market.run.tournament import TournamentConfig, run_tournament
+from market.version import __version__
 
-#: :func:`market.run.mechanism_comparison.evaluate_mechanisms` under the scripting API's name
-compare_mechanisms = evaluate_mechanisms
+# The scripting API loads on first use, not when ``market`` is imported: every import of a
+# submodule (``market.core.mechanisms``, or ``scenarios`` and ``agents`` which import the core)
+# runs this file first, so importing the env, the runner and the record here would make the light
+# core pull in the whole stack, and would make ``import agents.registry`` before ``import market``
+# a circular import. One table says where each name lives.
+_API: dict[str, tuple[str, str]] = {
+    "clear": ("market.core.mechanisms", "clear"),
+    "env": ("market.environment", "env"),
+    "raw_env": ("market.environment", "raw_env"),
+    "parallel_env": ("market.environment", "parallel_env"),
+    "replay": ("market.record.replay", "replay"),
+    "evaluate": ("market.run.evaluation", "evaluate"),
+    "compare_mechanisms": ("market.run.mechanism_comparison", "evaluate_mechanisms"),
+    "run_episode": ("market.run.rollout", "run_episode"),
+    "run_scenario": ("market.run.runner", "run_scenario"),
+    "run_tournament": ("market.run.tournament", "run_tournament"),
+    "TournamentConfig": ("market.run.tournament", "TournamentConfig"),
+}
+
+if TYPE_CHECKING:  # the same names, for type checkers and IDEs
+    from market.core.mechanisms import clear
+    from market.environment import env, parallel_env, raw_env
+    from market.record.replay import replay
+    from market.run.evaluation import evaluate
+    from market.run.mechanism_comparison import evaluate_mechanisms as compare_mechanisms
+    from market.run.rollout import run_episode
+    from market.run.runner import run_scenario
+    from market.run.tournament import TournamentConfig, run_tournament
+
+
+def __getattr__(name: str) -> object:
+    if name not in _API:
+        raise AttributeError(f"module 'market' has no attribute {name!r}")
+    module, attribute = _API[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # once loaded, a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
+
 
 __all__ = [
     "TournamentConfig",

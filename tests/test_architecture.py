@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -200,7 +202,8 @@ def test_one_source_of_truth_for_seat_names() -> None:
 
 def test_one_source_of_truth_for_auction_types_and_penalties() -> None:
     spelled = re.compile(r"""['"]first_price['"]\s*,\s*['"]second_price['"]""")
-    assert [m for m in modules() if spelled.search(code_of(m))] == []
+    # written out once: the AuctionType literal in market.core.mechanisms
+    assert [m for m in modules() if spelled.search(code_of(m))] == ["market.core.mechanisms"]
     for constant in ("BREACH_REPUTATION_LOSS", "FALSE_CLAIM_REPUTATION_LOSS"):
         defined = [m for m in modules() if re.search(rf"^{constant}\b.*=", modules()[m].read_text(
             encoding="utf-8"), flags=re.M)]
@@ -217,9 +220,9 @@ def test_every_module_is_in_the_room_map() -> None:
     text = DESIGN.read_text(encoding="utf-8")
     section = text[text.index("## 10. "):]
     listed = set(re.findall(r"`((?:market|agents|scenarios)/[a-z_/]+\.py)`", section))
-    present = {f.relative_to(ROOT).as_posix() for m, f in modules().items()
-               if f.name != "__init__.py"}
-    assert present - listed == set(), "add them to docs/design.md section 10"
+    present = {f.relative_to(ROOT).as_posix() for f in modules().values()}
+    packages = {p for p in present if p.endswith("__init__.py")}
+    assert present - packages - listed == set(), "add them to docs/design.md section 10"
     assert listed - present - DEPRECATED == set(), "docs/design.md section 10 names missing files"
 
 
@@ -229,3 +232,17 @@ def test_the_checks_see_real_imports() -> None:
     assert g.has_edge("market.core.settlement", "market.core.ledger")
     assert nx.has_path(g, "market.run.rollout", "market.environment.aec")
     assert nx.has_path(g, "market.cli", "market.run.rollout")
+
+
+def test_the_core_and_the_agents_import_on_their_own() -> None:
+    """``market/__init__`` loads its scripting API on first use: importing the core does not pull
+    in the env stack, and importing ``agents`` or ``scenarios`` first is not a circular import."""
+    probe = ("import sys, {m}; heavy = [n for n in ('pettingzoo', 'openai', 'rich', 'networkx') "
+             "if n in sys.modules]; print(heavy)")
+    for module, heavy in [("market.core.mechanisms", "[]"), ("scenarios", "[]"),
+                          ("agents.registry", None), ("agents.llm.judge", None)]:
+        out = subprocess.run([sys.executable, "-c", probe.format(m=module)], capture_output=True,
+                             text=True, cwd=ROOT, timeout=120)
+        assert out.returncode == 0, (module, out.stderr)
+        if heavy is not None:
+            assert out.stdout.strip() == heavy, (module, out.stdout)

@@ -35,6 +35,7 @@ from market.run.tournament import (
     rich_table,
     run_tournament,
 )
+from market.train import rl_train
 from market.train.training_data import run_export_cli
 from scenarios import ScenarioError, load_scenario
 
@@ -228,11 +229,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    try:
-        from market.train import rl_train
-    except ImportError:
-        print("gpumarket train: needs torch: pip install 'gpumarket[rl]'", file=sys.stderr)
-        return 2
     if max(args.eval_seeds) >= rl_train.TRAIN_SEED_FLOOR:
         print(f"gpumarket train: --eval-seeds must be below {rl_train.TRAIN_SEED_FLOOR} "
               "(training draws its episode seeds at or above it)", file=sys.stderr)
