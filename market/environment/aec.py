@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import gymnasium
 import numpy as np
@@ -42,7 +41,7 @@ from market.core.world import World, generate_world
 from market.environment.digest import StateDigests
 from market.environment.observations import Observation
 from market.environment.observe import SeatViews
-from market.environment.round_log import render_text, round_summary
+from market.environment.round_log import RoundSummary, render_text, round_summary
 from market.environment.spaces import (
     ObservationSpace,
     seed_action_spaces,
@@ -107,7 +106,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.round = 0
         self.phase = "design"
         self.results: list[RoundResult] = []
-        self.round_log: list[dict[str, Any]] = []
+        self.round_log: list[RoundSummary] = []
         self.designer_history: dict[str, list[float]] = defaultdict(list)
         self.prices: list[float] = []
         self.orders = RoundOrders()

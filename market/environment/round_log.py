@@ -12,11 +12,13 @@ from market.core.shocks import Shock
 from market.core.world import World
 from scenarios.schema import Scenario
 
+RoundSummary = dict[str, Any]  # one JSON-ready round-log entry (the transcript's round summary)
+
 
 def round_summary(
     result: RoundResult, parts: dict[str, float], optimum: float, allocated: float,
     shocks: list[Shock],
-) -> dict[str, Any]:
+) -> RoundSummary:
     """One round's log entry: the clearing, the payments and penalties, welfare and shocks."""
     return {
         "round": result.round,
