@@ -2,11 +2,14 @@
 
 Bidders: ``truthful`` (bids expected marginal values), ``random_valid`` (uniformly random among
 legal actions, with valid-looking arguments), ``always_accept`` (accepts every offer, bids
-truthfully) and three spam policies used to prove talk alone never pays. Designer: ``fixed``
-(keeps the scenario's mechanism).
+truthfully), ``idle`` (does nothing: the do-nothing baseline every strategy must beat) and
+three spam policies used to prove talk alone never pays. Designer: ``fixed`` (keeps the
+scenario's mechanism).
 """
 
 from __future__ import annotations
+
+import math
 
 from agents.base import BaseAgent
 from market.actions import (
@@ -26,7 +29,7 @@ from market.actions import (
     Wait,
 )
 from market.mechanisms import AUCTION_TYPES, COALITION_POLICIES
-from market.observations import Observation
+from market.observations import JobView, Observation
 
 WAIT = Wait()
 # the most seats one form_coalition may invite (FormCoalition.members)
@@ -35,19 +38,50 @@ MAX_INVITEES: int = next(
 )
 
 
-def marginal_values(obs: Observation) -> list[float]:
-    """Expected value of each extra block this round, highest first, after blocks already held.
+def can_complete(job: JobView, obs: Observation) -> bool:
+    """Whether a job could still finish by its deadline, as far as this seat can tell.
 
-    A block on a live job that this round's reliability can run is worth the job's value per
-    block times the reliability.
+    A job with partial credit always pays per block. One without pays only if it finishes, so a
+    block for it is worth something only if the job can still get all its remaining blocks: its
+    own blocks up to the deadline plus an equal share (capacity / active labs) of each round's
+    blocks, times the reliability (failed blocks must be run again).
     """
-    values: list[float] = []
-    for job in obs.jobs or ():
-        if job.status == "active" and job.min_reliability <= obs.reliability:
-            values += [job.value / job.size * obs.reliability] * (job.size - job.progress)
-    values.sort(reverse=True)
+    if job.partial_credit:
+        return True
+    rounds = job.deadline - obs.round + 1
+    own = sum((obs.holdings or [])[:rounds])
+    share = max(1, obs.capacity) / max(1, len(obs.active_labs))
+    return job.size - job.progress <= (own + share * rounds) * obs.reliability + 1e-9
+
+
+def marginal_values(obs: Observation) -> list[float]:
+    """Expected value of each extra block this round, after blocks already held; non-increasing.
+
+    The env runs a lab's blocks on its jobs earliest deadline first (unless it plans otherwise
+    with ``allocate_to_job``), so the k-th block held this round goes to the k-th remaining unit
+    in deadline order: that unit's value is the job's value per block times this round's
+    reliability. Only live jobs this round's reliability can run, and that :func:`can_complete`,
+    count. A bid schedule must be non-increasing, so each unit is capped at the value of every
+    unit before it: winning ``n`` blocks at a price ``p`` at most the ``n``-th bid then never
+    pays more than the blocks are worth (sorting by value instead would pay the best job's value
+    for blocks that go to an earlier, cheaper job).
+    """
+    live = [
+        (job.deadline, k, job)
+        for k, job in enumerate(obs.jobs or ())
+        if job.status == "active"
+        and job.min_reliability <= obs.reliability
+        and can_complete(job, obs)
+    ]
+    units: list[float] = []
+    for _, _, job in sorted(live, key=lambda t: t[:2]):  # the env's order: deadline, then arrival
+        units += [job.value / job.size * obs.reliability] * (job.size - job.progress)
     held = (obs.holdings or [0])[0]
-    return values[held:]
+    values, cap = [], math.inf
+    for unit in units[held:]:
+        cap = min(cap, unit)
+        values.append(cap)
+    return values
 
 
 def affordable(bids: list[float], budget: float, max_units: int) -> list[float]:
@@ -72,6 +106,16 @@ class TruthfulBidder(BaseAgent):
 
     def act(self, obs: Observation) -> ActionModel:
         return truthful_bid(obs) if obs.phase == "bidding" else WAIT
+
+
+class IdleBidder(BaseAgent):
+    """Does nothing: waits every turn, so it never bids, talks or trades (its endowment blocks
+    still run its jobs). The do-nothing baseline: a strategy earning less loses by playing."""
+
+    name = "idle"
+
+    def act(self, obs: Observation) -> ActionModel:
+        return WAIT
 
 
 class AlwaysAcceptBidder(BaseAgent):
