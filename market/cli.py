@@ -20,7 +20,8 @@ EXAMPLES = {
            "         gpumarket run large_market --seeds 0:1000 --backend ray --address 10.0.0.5:6379",
     "eval": "gpumarket eval --agents rule_expert,truthful,random_valid "
             "--scenarios single_trade,market_round --seat bidder_0 --seeds 0:20 --out runs/eval\n"
-            "         gpumarket eval --mechanisms --scenario mechanism_stage_4 --seeds 0:30",
+            "         gpumarket eval --mechanisms --scenario mechanism_stage_4 --seeds 0:30\n"
+            "         gpumarket eval --expert-matrix --workers 8",
     "bench": "gpumarket bench --json bench.json   (later: gpumarket bench --compare bench.json)\n"
              "         gpumarket bench --only clearing,memory --quick\n"
              "         gpumarket bench --compare old.json new.json --threshold 0.2",
@@ -160,17 +161,20 @@ def _parser() -> argparse.ArgumentParser:
                      "--mechanisms: compare mechanisms on one scenario (welfare ratio, revenue, "
                      "fairness, participation, stability, designer composite) and each bidder "
                      "type's gain from deviating to its best alternative built-in strategy; "
-                     "written to OUT/mechanisms.{csv,md,html}. Resumable like run.")
-    ev.add_argument("--agents", default="rule_expert,truthful,no_negotiation,greedy_hoarder,"
-                                        "always_accept,random_valid", metavar="A,B,...",
+                     "written to OUT/mechanisms.{csv,md,html}. Resumable like run. With "
+                     "--expert-matrix: rule_expert minus every scripted bidder of the population "
+                     "in every built-in scenario, paired on the same seeds (mean +/- 95% CI), "
+                     "written to OUT/expert_matrix.{csv,md}.")
+    ev.add_argument("--agents", default=None, metavar="A,B,...",
                     help="agent specs for the seat, comma-separated (default: rule_expert and the "
-                         "GPU-arena baselines)")
-    ev.add_argument("--scenarios", default="single_trade,market_round,coalition_market",
-                    metavar="S1,S2,...",
-                    help="built-in names or TOML paths (default: the three GPU-arena tasks)")
+                         "GPU-arena baselines; with --expert-matrix: the agents rule_expert is "
+                         "compared with, default every scripted bidder)")
+    ev.add_argument("--scenarios", default=None, metavar="S1,S2,...",
+                    help="built-in names or TOML paths (default: the three GPU-arena tasks; with "
+                         "--expert-matrix: every built-in scenario)")
     ev.add_argument("--seat", default="bidder_0", help="the seat the agents take (default: bidder_0)")
-    ev.add_argument("--seeds", type=parse_seeds, default=list(range(20)),
-                    help="START:STOP or a comma list (default 0:20)")
+    ev.add_argument("--seeds", type=parse_seeds, default=None,
+                    help="START:STOP or a comma list (default 0:20; with --expert-matrix 0:100)")
     ev.add_argument("--out", type=Path, default=None,
                     help="output folder (default: runs/eval, or runs/mechanisms/SCENARIO)")
     ev.add_argument("--workers", type=int, default=None,
@@ -190,6 +194,8 @@ def _parser() -> argparse.ArgumentParser:
                          "every built-in bidder but the spammers)")
     ev.add_argument("--no-deviations", action="store_true",
                     help="with --mechanisms: skip the deviation (incentive) check")
+    ev.add_argument("--expert-matrix", action="store_true",
+                    help="rule_expert against every scripted bidder in every built-in scenario")
     add_backend(ev)
     add_health(ev)
     add_llm_arguments(ev)
@@ -451,6 +457,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"gpumarket eval: --workers {args.workers}: give at least 1", file=sys.stderr)
         return 2
+    if args.expert_matrix:
+        return _cmd_expert_matrix(args)
+    args.agents = args.agents or DEFAULT_EVAL_AGENTS
+    args.scenarios = args.scenarios or DEFAULT_EVAL_SCENARIOS
+    args.seeds = list(range(20)) if args.seeds is None else args.seeds
     llm = _llm_options(args, "eval")
     if llm is None:
         return 2
@@ -533,6 +544,63 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         for seed, error in sorted(seeds.items()):
             print(f"gpumarket eval: {where}: episode seed {seed} failed: {error}", file=sys.stderr)
     return 1 if failed else STRICT_EXIT if strict_failed else 0
+
+
+DEFAULT_EVAL_AGENTS = "rule_expert,truthful,no_negotiation,greedy_hoarder,always_accept,random_valid"
+DEFAULT_EVAL_SCENARIOS = "single_trade,market_round,coalition_market"
+
+
+def _cmd_expert_matrix(args: argparse.Namespace) -> int:
+    """``gpumarket eval --expert-matrix``: rule_expert minus each scripted bidder, per scenario."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from market.expert_matrix import BASELINE, DEFAULT_SEEDS, expert_matrix
+    from market.runner import RunConfigError
+
+    if args.mechanisms:
+        print("gpumarket eval: --expert-matrix and --mechanisms are two evaluations; give one",
+              file=sys.stderr)
+        return 2
+    if args.backend != "local":
+        print("gpumarket eval: --expert-matrix plays scripted seats in a local process pool; "
+              "drop --backend", file=sys.stderr)
+        return 2
+    out = args.out or Path("runs") / "expert_matrix"
+    try:
+        matrix = expert_matrix(
+            DEFAULT_SEEDS if args.seeds is None else args.seeds, out, args.workers,
+            members=_specs(args.agents) if args.agents else None,
+            scenarios=_specs(args.scenarios) if args.scenarios else None,
+            seat=args.seat, progress=not args.no_progress)
+    except RunConfigError as exc:
+        print(f"gpumarket eval: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gpumarket eval: interrupted (the expert matrix is not resumable)", file=sys.stderr)
+        return 130
+    rich = Table(title=f"{matrix.expert} minus each scripted bidder in {matrix.seat}: mean "
+                       f"return difference +/- 95% CI over {len(matrix.seeds)} paired seed(s) "
+                       "(> : CI above 0)")
+    rich.add_column("scenario")
+    for member in matrix.members:
+        rich.add_column(member, justify="right")
+    for line in matrix.grid():
+        rich.add_row(*(c.replace("±", "+/-") for c in line))
+    console = Console()
+    console.print(rich)
+    behind = matrix.not_beaten()
+    print(f"{len(matrix.cells()) - len(behind)} of {len(matrix.cells())} cells above 0"
+          + "".join(f"\n  not beaten: {c['scenario']} / {c['member']}: {c['diff']:+.3f} +/- "
+                    f"{c['ci95']:.3f}" for c in behind))
+    for row in matrix.baseline():
+        print(f"{BASELINE[0]} minus {BASELINE[1]} in {row['scenario']}: {row['diff']:+.3f} +/- "
+              f"{row['ci95']:.3f}")
+    print(f"tables: {out / 'expert_matrix.md'}, {out / 'expert_matrix.csv'}")
+    for where, seeds in sorted(matrix.failed.items()):
+        for seed, error in sorted(seeds.items()):
+            print(f"gpumarket eval: {where}: episode seed {seed} failed: {error}", file=sys.stderr)
+    return 1 if matrix.failed else 0
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
