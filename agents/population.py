@@ -42,7 +42,7 @@ from market.core.actions import (
 )
 from market.core.mechanisms import first_price_equilibrium_bid
 from market.core.seats import lab_index
-from market.environment import CoalitionView, JobView, Observation
+from market.environment import CoalitionView, JobView, MarketResultView, Observation
 
 PENALISING = frozenset({"penalize_suspected", "penalize_confirmed"})
 
@@ -567,14 +567,17 @@ class NoNegotiationBidder(StatefulAgent):
 
 
 class MarketMemory:
-    """What a lab remembers across turns: base reliability and capacity, its win history."""
+    """What a lab remembers across turns: base reliability and capacity, its win history, and
+    how much of the last cleared round's supply its rivals left over."""
 
     def __init__(self) -> None:
         self.reliability = 0.0
         self.capacities: dict[int, int] = {}
+        self.auctioned: dict[int, int] = {}
         self.bid_units: dict[int, int] = {}
         self.won: dict[int, int] = {}
         self.seen_results: set[int] = set()
+        self.left_over: float | None = None  # share of the last round's blocks rivals left
 
     def observe(self, obs: Observation) -> None:
         self.reliability = max(self.reliability, obs.reliability)
@@ -583,25 +586,49 @@ class MarketMemory:
             for s in obs.shocks
         ):
             self.capacities[obs.round] = obs.capacity
+        self.auctioned[obs.round] = auctioned_blocks(obs)
         result = obs.last_result
         if result is not None and result.round not in self.seen_results:
             self.seen_results.add(result.round)
             self.won[result.round] = result.my_won
+            auctioned = self.auctioned.get(result.round, 0)
+            if auctioned:
+                rivals = result.blocks_sold - result.my_won
+                spare = max(0, auctioned - rivals) if slack(result, auctioned) else 0
+                self.left_over = spare / auctioned
 
     def base_capacity(self, obs: Observation) -> float:
         seen = list(self.capacities.values())
         return sum(seen) / len(seen) if seen else float(obs.capacity)
 
     def share(self, obs: Observation) -> float:
-        """Plausible share of a round's auctioned blocks it can win: twice an equal share, or
-        more if it has won more than that when it bid for more than it got."""
-        share = min(1.0, 2.0 / max(1, len(obs.active_labs)))
+        """Plausible share of a round's auctioned blocks it can win: an equal share; more if it
+        has won more than that when it bid for more than it got; and at least the share its
+        rivals left over in the last round, if that round cleared at the reserve (their demand
+        was met, so what they did not take would have gone to a bid at the floor)."""
+        share = min(1.0, 1.0 / max(1, len(obs.active_labs)))
         for r, units in self.bid_units.items():
             won = self.won.get(r)
             cap = self.capacities.get(r)
             if won is not None and cap and units > won:
                 share = max(share, min(1.0, won / cap))
-        return share
+        return max(share, self.left_over or 0.0)
+
+
+def auctioned_blocks(obs: Observation) -> int:
+    """This round's blocks that go to auction (capacity less the judge's pool)."""
+    return math.floor(obs.capacity * (1 - obs.mechanism.judge_pool_share) + 1e-9)
+
+
+def slack(result: MarketResultView, auctioned: int) -> bool:
+    """Whether a cleared round had supply to spare: blocks went unsold, or the price (revealed,
+    or what the seat itself paid per block) was the reserve."""
+    if result.blocks_sold < auctioned:
+        return True
+    price = result.clearing_price
+    if price is None and result.my_won:
+        price = result.my_paid / result.my_won
+    return price is not None and result.reserve is not None and price <= result.reserve + 1e-9
 
 
 @dataclass
@@ -808,22 +835,29 @@ def plan_jobs(obs: Observation, memory: MarketMemory) -> Plan:
     return Plan(plans, bid_values, spare, wanted, price, urgent)
 
 
+#: how far above the price floor it bids for the blocks it can wait for, in value units: enough
+#: to rank before bids at the floor or a step or two above it, while a rejected bid of its own
+#: raises the price it pays by no more than that
+PATIENT_MARGIN = 0.03
+
+
 def reduce_demand(bids: list[float], obs: Observation, plan: Plan) -> list[float]:
     """Demand reduction for the uniform-price (``second_price``) auction.
 
     Under ``second_price`` every block sells at the highest *rejected* bid, so a bid on a unit
-    it does not win can set the price it pays for every unit it does win. It therefore bids its
-    value only on an equal share of the auctioned blocks (``floor(auctioned / active labs)``,
-    at least one) or, if more, on the blocks its deadline jobs due this round cannot do
-    without, and bids the floor on the rest. Those units still win whenever supply is left
-    over, at the reserve, and never raise the price. Other mechanisms are returned unchanged.
+    it does not win sets the price it pays for every unit it does win: a rejected bid at value
+    hands the whole surplus of its other units to the seller. It therefore bids its value only
+    on the blocks its deadline jobs cannot do without this round (``plan.urgent``: what later
+    rounds cannot supply) and is patient with the rest: it bids them just above the floor
+    (:data:`PATIENT_MARGIN` value units above it, never above their value). Those units win
+    whenever the other labs leave supply over, at about the reserve, and if rejected they raise
+    the price by at most that margin; blocks it misses now it can still buy in a later, slacker
+    round. Other mechanisms are returned unchanged.
     """
     if obs.mechanism.auction_type != "second_price" or not bids:
         return bids
-    floor = price_floor(obs)
-    auctioned = math.floor(obs.capacity * (1 - obs.mechanism.judge_pool_share) + 1e-9)
-    keep = max(1, auctioned // max(1, len(obs.active_labs)), plan.urgent)
-    return [b if k < keep else min(b, floor) for k, b in enumerate(bids)]
+    patient = price_floor(obs) + PATIENT_MARGIN * obs.value_unit
+    return [b if k < plan.urgent else min(b, patient) for k, b in enumerate(bids)]
 
 
 # ------------------------------------------------------------------------------------------

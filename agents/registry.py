@@ -31,6 +31,7 @@ from agents.scripted import (
     AlwaysAcceptBidder,
     CoalitionSpammer,
     FixedDesigner,
+    IdleBidder,
     OfferSpammer,
     PitchSpammer,
     RandomDesigner,
@@ -41,7 +42,7 @@ from agents.torch_policy import TorchPolicyAgent
 
 REGISTRY: dict[str, Callable[..., BaseAgent]] = {
     cls.name: cls
-    for cls in (TruthfulBidder, RandomValidBidder, AlwaysAcceptBidder, FixedDesigner, RandomDesigner,
+    for cls in (TruthfulBidder, IdleBidder, RandomValidBidder, AlwaysAcceptBidder, FixedDesigner, RandomDesigner,
                 OfferSpammer, CoalitionSpammer, PitchSpammer,
                 ShaderBidder, ColluderBidder, DropoutBidder, ExploiterBidder, GreedyHoarder,
                 NoNegotiationBidder, RuleExpert, RuleDesigner)

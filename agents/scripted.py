@@ -2,8 +2,9 @@
 
 Bidders: ``truthful`` (bids expected marginal values), ``random_valid`` (uniformly random among
 legal actions, with valid-looking arguments), ``always_accept`` (accepts every offer, bids
-truthfully) and three spam policies used to prove talk alone never pays. Designer: ``fixed``
-(keeps the scenario's mechanism).
+truthfully), ``idle`` (does nothing: the do-nothing baseline every strategy must beat) and
+three spam policies used to prove talk alone never pays. Designer: ``fixed`` (keeps the
+scenario's mechanism).
 """
 
 from __future__ import annotations
@@ -46,6 +47,16 @@ class TruthfulBidder(BaseAgent):
 
     def act(self, obs: Observation) -> ActionModel:
         return truthful_bid(obs) if obs.phase == "bidding" else WAIT
+
+
+class IdleBidder(BaseAgent):
+    """Does nothing: waits every turn, so it never bids, talks or trades (its endowment blocks
+    still run its jobs). The do-nothing baseline: a strategy earning less loses by playing."""
+
+    name = "idle"
+
+    def act(self, obs: Observation) -> ActionModel:
+        return WAIT
 
 
 class AlwaysAcceptBidder(BaseAgent):

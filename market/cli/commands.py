@@ -21,6 +21,7 @@ from market.record.transcript import TranscriptError
 from market.record.viewer import render_transcript
 from market.run.async_runner import given_llm_flags, llm_options
 from market.run.evaluation import USAGE_COLUMNS, evaluate
+from market.run.expert_matrix import BASELINE, DEFAULT_SEEDS, expert_matrix
 from market.run.health import STRICT_EXIT, from_matches, from_rows, print_health, strict_failures
 from market.run.jobs import RunConfigError, RunInterrupted
 from market.run.mechanism_comparison import METRICS, evaluate_mechanisms
@@ -140,10 +141,19 @@ def _specs(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
+DEFAULT_EVAL_AGENTS = "rule_expert,truthful,no_negotiation,greedy_hoarder,always_accept,random_valid"
+DEFAULT_EVAL_SCENARIOS = "single_trade,market_round,coalition_market"
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"gpumarket eval: --workers {args.workers}: give at least 1", file=sys.stderr)
         return 2
+    if args.expert_matrix:
+        return cmd_expert_matrix(args)
+    args.agents = args.agents or DEFAULT_EVAL_AGENTS
+    args.scenarios = args.scenarios or DEFAULT_EVAL_SCENARIOS
+    args.seeds = list(range(20)) if args.seeds is None else args.seeds
     llm = _llm_options(args, "eval")
     if llm is None:
         return 2
@@ -222,6 +232,53 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for seed, error in sorted(seeds.items()):
             print(f"gpumarket eval: {where}: episode seed {seed} failed: {error}", file=sys.stderr)
     return 1 if failed else STRICT_EXIT if strict_failed else 0
+
+
+def cmd_expert_matrix(args: argparse.Namespace) -> int:
+    """``gpumarket eval --expert-matrix``: rule_expert minus each scripted bidder, per scenario."""
+    if args.mechanisms:
+        print("gpumarket eval: --expert-matrix and --mechanisms are two evaluations; give one",
+              file=sys.stderr)
+        return 2
+    if args.backend != "local":
+        print("gpumarket eval: --expert-matrix plays scripted seats in a local process pool; "
+              "drop --backend", file=sys.stderr)
+        return 2
+    out = args.out or Path("runs") / "expert_matrix"
+    try:
+        matrix = expert_matrix(
+            DEFAULT_SEEDS if args.seeds is None else args.seeds, out, args.workers,
+            members=_specs(args.agents) if args.agents else None,
+            scenarios=_specs(args.scenarios) if args.scenarios else None,
+            seat=args.seat, progress=not args.no_progress)
+    except RunConfigError as exc:
+        print(f"gpumarket eval: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gpumarket eval: interrupted (the expert matrix is not resumable)", file=sys.stderr)
+        return 130
+    rich = Table(title=f"{matrix.expert} minus each scripted bidder in {matrix.seat}: mean "
+                       f"return difference +/- 95% CI over {len(matrix.seeds)} paired seed(s) "
+                       "(> : CI above 0)")
+    rich.add_column("scenario")
+    for member in matrix.members:
+        rich.add_column(member, justify="right")
+    for line in matrix.grid():
+        rich.add_row(*(c.replace("±", "+/-") for c in line))
+    console = Console()
+    console.print(rich)
+    behind = matrix.not_beaten()
+    print(f"{len(matrix.cells()) - len(behind)} of {len(matrix.cells())} cells above 0"
+          + "".join(f"\n  not beaten: {c['scenario']} / {c['member']}: {c['diff']:+.3f} +/- "
+                    f"{c['ci95']:.3f}" for c in behind))
+    for row in matrix.baseline():
+        print(f"{BASELINE[0]} minus {BASELINE[1]} in {row['scenario']}: {row['diff']:+.3f} +/- "
+              f"{row['ci95']:.3f}")
+    print(f"tables: {out / 'expert_matrix.md'}, {out / 'expert_matrix.csv'}")
+    for where, seeds in sorted(matrix.failed.items()):
+        for seed, error in sorted(seeds.items()):
+            print(f"gpumarket eval: {where}: episode seed {seed} failed: {error}", file=sys.stderr)
+    return 1 if matrix.failed else 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -16,7 +16,8 @@ EXAMPLES = {
            "         gpumarket run large_market --seeds 0:1000 --backend ray --address 10.0.0.5:6379",
     "eval": "gpumarket eval --agents rule_expert,truthful,random_valid "
             "--scenarios single_trade,market_round --seat bidder_0 --seeds 0:20 --out runs/eval\n"
-            "         gpumarket eval --mechanisms --scenario mechanism_stage_4 --seeds 0:30",
+            "         gpumarket eval --mechanisms --scenario mechanism_stage_4 --seeds 0:30\n"
+            "         gpumarket eval --expert-matrix --workers 8",
     "bench": "gpumarket bench --json bench.json   (later: gpumarket bench --compare bench.json)\n"
              "         gpumarket bench --only clearing,memory --quick\n"
              "         gpumarket bench --compare old.json new.json --threshold 0.2",
@@ -141,17 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
                      "--mechanisms: compare mechanisms on one scenario (welfare ratio, revenue, "
                      "fairness, participation, stability, designer composite) and each bidder "
                      "type's gain from deviating to its best alternative built-in strategy; "
-                     "written to OUT/mechanisms.{csv,md,html}. Resumable like run.")
-    ev.add_argument("--agents", default="rule_expert,truthful,no_negotiation,greedy_hoarder,"
-                                        "always_accept,random_valid", metavar="A,B,...",
+                     "written to OUT/mechanisms.{csv,md,html}. Resumable like run. With "
+                     "--expert-matrix: rule_expert minus every scripted bidder of the population "
+                     "in every built-in scenario, paired on the same seeds (mean +/- 95% CI), "
+                     "written to OUT/expert_matrix.{csv,md}.")
+    ev.add_argument("--agents", default=None, metavar="A,B,...",
                     help="agent specs for the seat, comma-separated (default: rule_expert and the "
-                         "GPU-arena baselines)")
-    ev.add_argument("--scenarios", default="single_trade,market_round,coalition_market",
-                    metavar="S1,S2,...",
-                    help="built-in names or TOML paths (default: the three GPU-arena tasks)")
+                         "GPU-arena baselines; with --expert-matrix: the agents rule_expert is "
+                         "compared with, default every scripted bidder)")
+    ev.add_argument("--scenarios", default=None, metavar="S1,S2,...",
+                    help="built-in names or TOML paths (default: the three GPU-arena tasks; with "
+                         "--expert-matrix: every built-in scenario)")
     ev.add_argument("--seat", default="bidder_0", help="the seat the agents take (default: bidder_0)")
-    ev.add_argument("--seeds", type=parse_seeds, default=list(range(20)),
-                    help="START:STOP or a comma list (default 0:20)")
+    ev.add_argument("--seeds", type=parse_seeds, default=None,
+                    help="START:STOP or a comma list (default 0:20; with --expert-matrix 0:100)")
     ev.add_argument("--out", type=Path, default=None,
                     help="output folder (default: runs/eval, or runs/mechanisms/SCENARIO)")
     ev.add_argument("--workers", type=int, default=None,
@@ -171,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "every built-in bidder but the spammers)")
     ev.add_argument("--no-deviations", action="store_true",
                     help="with --mechanisms: skip the deviation (incentive) check")
+    ev.add_argument("--expert-matrix", action="store_true",
+                    help="rule_expert against every scripted bidder in every built-in scenario")
     add_backend(ev)
     add_health(ev)
     add_llm_arguments(ev)

@@ -18,6 +18,7 @@ from market.environment.observations import (
     PitchView,
     ShockView,
     affordable,
+    can_complete,
     marginal_values,
     vector_size,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "PitchView",
     "ShockView",
     "affordable",
+    "can_complete",
     "env",
     "marginal_values",
     "parallel_env",

@@ -9,6 +9,7 @@ asks, with ``model_construct`` from already-validated state (no copies of env in
 from __future__ import annotations
 
 import json
+import math
 from typing import ClassVar, Literal, TypeVar
 
 import numpy as np
@@ -226,19 +227,51 @@ class Observation(BaseModel):
         return observation_vector(self, self.value_unit)
 
 
-def marginal_values(obs: Observation) -> list[float]:
-    """Expected value of each extra block this round, highest first, after blocks already held.
+def can_complete(job: JobView, obs: Observation) -> bool:
+    """Whether a job could still finish by its deadline, as far as this seat can tell.
 
-    A block on a live job that this round's reliability can run is worth the job's value per
-    block times the reliability.
+    A job with partial credit always pays per block. One without pays only if it finishes, so a
+    block for it is worth something only if the job can still get all its remaining blocks: its
+    own blocks up to the deadline plus an equal share (capacity / active labs) of each round's
+    blocks, times the reliability (failed blocks must be run again).
     """
-    values: list[float] = []
-    for job in obs.jobs or ():
-        if job.status == "active" and job.min_reliability <= obs.reliability:
-            values += [job.value / job.size * obs.reliability] * (job.size - job.progress)
-    values.sort(reverse=True)
+    if job.partial_credit:
+        return True
+    rounds = job.deadline - obs.round + 1
+    own = sum((obs.holdings or [])[:rounds])
+    share = max(1, obs.capacity) / max(1, len(obs.active_labs))
+    return job.size - job.progress <= (own + share * rounds) * obs.reliability + 1e-9
+
+
+def marginal_values(obs: Observation) -> list[float]:
+    """Expected value of each extra block this round, after blocks already held; non-increasing.
+
+    The env runs a lab's blocks on its jobs earliest deadline first (unless it plans otherwise
+    with ``allocate_to_job``), so the k-th block held this round goes to the k-th remaining unit
+    in deadline order: that unit's value is the job's value per block times this round's
+    reliability. Only live jobs this round's reliability can run, and that :func:`can_complete`,
+    count. A bid schedule must be non-increasing, so each unit is capped at the value of every
+    unit before it: winning ``n`` blocks at a price ``p`` at most the ``n``-th bid then never
+    pays more than the blocks are worth (sorting by value instead would pay the best job's value
+    for blocks that go to an earlier, cheaper job).
+    """
+    live = [
+        (job.deadline, k, job)
+        for k, job in enumerate(obs.jobs or ())
+        if job.status == "active"
+        and job.min_reliability <= obs.reliability
+        and can_complete(job, obs)
+    ]
+    units: list[float] = []
+    for _, _, job in sorted(live, key=lambda t: t[:2]):  # the env's order: deadline, then arrival
+        units += [job.value / job.size * obs.reliability] * (job.size - job.progress)
     held = (obs.holdings or [0])[0]
-    return values[held:]
+    values: list[float] = []
+    cap = math.inf
+    for unit in units[held:]:
+        cap = min(cap, unit)
+        values.append(cap)
+    return values
 
 
 def affordable(bids: list[float], budget: float, max_units: int) -> list[float]:

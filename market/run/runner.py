@@ -74,7 +74,7 @@ from market.run.rollout import mean_ci95, transcript_path
 from scenarios.schema import Scenario
 
 
-def _progress_bar(enabled: bool, label: str) -> Any:
+def progress_bar(enabled: bool, label: str) -> Any:
     """A rich progress bar on stderr (a no-op context when disabled)."""
     return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
                     TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
@@ -100,7 +100,7 @@ def execute(folders: Sequence[RunFolder], *, workers: int | None = None, backend
     total = len(jobs)
     workers = default_workers() if workers is None else max(1, int(workers))
     done = 0
-    bar = _progress_bar(progress is True and total > 0, label)
+    bar = progress_bar(progress is True and total > 0, label)
     callback = progress if callable(progress) else None
 
     def finished(index: int, outcome: tuple[int, Any, Any, str | None]) -> None:

@@ -190,6 +190,65 @@ def fresh(agent: Any, seed: int = 0) -> Any:
     return agent
 
 
+# --- scripted baselines: truthful values and doing nothing --------------------------------------
+
+
+def test_marginal_values_follow_execution_order_and_never_rise() -> None:
+    # execution runs blocks earliest deadline first: the first two blocks go to the 15-a-block
+    # job due in round 1, so a unit is never worth more than the units before it
+    early = job("early", 2, 15.0, 1, partial=True)
+    late = job("late", 2, 45.0, 3, partial=True)
+    assert marginal_values(bidder_obs(jobs=(late, early))) == [15.0, 15.0, 15.0, 15.0]
+    # one block already held goes to the first unit; reliability scales every value
+    held = bidder_obs(jobs=(late, early), holdings=[1, 0, 0, 0, 0], reliability=0.5)
+    assert marginal_values(held) == [7.5, 7.5, 7.5]
+    # without the early job the late job's blocks are worth their own value
+    assert marginal_values(bidder_obs(jobs=(late,))) == [45.0, 45.0]
+
+
+def test_marginal_values_skip_all_or_nothing_jobs_that_cannot_finish() -> None:
+    # 5 blocks due now; an equal share of 4 blocks among 2 labs is 2: it cannot finish, and
+    # without partial credit its blocks are worth nothing
+    hopeless = job("hopeless", 5, 40.0, 0)
+    assert marginal_values(bidder_obs(jobs=(hopeless,), capacity=4, labs=2)) == []
+    # with 3 more rounds (4 x 2 = 8 blocks' share) it can, and with partial credit it always pays
+    assert marginal_values(bidder_obs(jobs=(job("h", 5, 40.0, 3),), capacity=4, labs=2)) == [40.0] * 5
+    partial = job("p", 5, 40.0, 0, partial=True)
+    assert marginal_values(bidder_obs(jobs=(partial,), capacity=4, labs=2)) == [40.0] * 5
+    # failures count: a share of 2 x reliability 0.9 = 1.8 blocks cannot finish a 2-block job
+    pair = job("pair", 2, 40.0, 0)
+    assert marginal_values(bidder_obs(jobs=(pair,), capacity=4, labs=2)) == [40.0, 40.0]
+    assert marginal_values(bidder_obs(jobs=(pair,), capacity=4, labs=2, reliability=0.9)) == []
+
+
+def test_idle_does_nothing_and_earns_nothing_without_endowments() -> None:
+    idle = make_agent("idle")
+    for phase in ("negotiation", "bidding"):
+        assert isinstance(idle.act(bidder_obs(phase=phase, jobs=(job("j", 2, 30.0, 0),))), Wait)
+    # mechanism_stage_0 gives no endowment: no block, no payment, return exactly 0
+    res = run_episode("mechanism_stage_0", 0, {"bidder_0": "idle"})
+    assert res.returns["bidder_0"] == 0.0 and res.invalid_actions["bidder_0"] == 0
+
+
+def test_rule_expert_counts_on_the_supply_rivals_left_over() -> None:
+    # round 1 of 5, 6 blocks among 3 labs: an equal share (2) cannot finish a 4-block job due now
+    four = job("four", 4, 40.0, 1)
+    mech = mechanism(reserve_price=10.0)
+    now = bidder_obs(round_=1, jobs=(four,), capacity=6, mech=mech, price_history=[10.0])
+    assert fresh(RuleExpert()).act(now).bids == []
+    # round 0 (6 blocks) cleared at the reserve and the rivals took 2: 4 were left over for a
+    # bid at the floor, so the job is worth pursuing, its 4 blocks due now at value
+    slack = result(0, blocks_sold=3, clearing_price=10.0, reserve=10.0, my_won=1, my_paid=10.0)
+    expert = fresh(RuleExpert())
+    expert.act(bidder_obs(capacity=6, mech=mech))  # round 0: it sees the 6 blocks auctioned
+    assert expert.act(now.model_copy(update={"last_result": slack})).bids == [40.0] * 4
+    # after a round that sold out above the reserve nothing was left over: back to a share of 2
+    tight = result(0, blocks_sold=6, clearing_price=30.0, reserve=10.0, my_won=0)
+    again = fresh(RuleExpert())
+    again.act(bidder_obs(capacity=6, mech=mech))
+    assert again.act(now.model_copy(update={"last_result": tight})).bids == []
+
+
 # --- registry ----------------------------------------------------------------------------------
 
 
@@ -635,8 +694,12 @@ def test_rule_expert_bids_only_for_jobs_it_can_complete() -> None:
     small = job("small", 2, 30.0, deadline=0)
     partial = job("part", 10, 35.0, deadline=0, partial=True)
     expert = fresh(RuleExpert())
-    bid = expert.act(bidder_obs(jobs=(big, small), capacity=3, mech=mechanism(reserve_price=0.0)))
-    assert bid.bids == [30.0, 30.0]  # small's two blocks (a deadline job due now: both at value)
+    # two labs: an equal share of 3 blocks is ceil(1.5) = 2, enough for small, not for big
+    two = bidder_obs(jobs=(big, small), capacity=3, labs=2, mech=mechanism(reserve_price=0.0))
+    assert expert.act(two).bids == [30.0, 30.0]  # small's two blocks, due now: both at value
+    # three labs: a share of 1 block completes neither job, so it bids for nothing
+    three = two.model_copy(update={"active_labs": ["bidder_0", "bidder_1", "bidder_2"]})
+    assert fresh(RuleExpert()).act(three).bids == []
     bid = fresh(RuleExpert()).act(
         bidder_obs(
             jobs=(big, partial), capacity=3, mech=mechanism(auction_type="vcg", reserve_price=0.0)
@@ -657,14 +720,14 @@ def test_rule_expert_shades_under_first_price_like_the_shader() -> None:
 
 
 def test_rule_expert_reduces_demand_under_second_price() -> None:
-    obs = bidder_obs(
-        jobs=(job("j", 6, 30.0, 4, partial=True),),
-        capacity=6,
-        labs=3,
-        mech=mechanism(reserve_price=5.0),
-    )
-    # an equal share of 6 blocks among 3 labs at value, the other units at the reserve
-    assert fresh(RuleExpert()).act(obs).bids == [30.0, 30.0, 5.0, 5.0, 5.0, 5.0]
+    patient = 5.0 + 3.0  # reserve + PATIENT_MARGIN (0.03) x value_unit (100)
+    flexible = job("j", 6, 30.0, 4, partial=True)  # partial credit, due in round 4: no hurry
+    obs = bidder_obs(jobs=(flexible,), capacity=6, labs=3, mech=mechanism(reserve_price=5.0))
+    assert fresh(RuleExpert()).act(obs).bids == [patient] * 6
+    # a job without partial credit due now needs its 3 blocks this round: those at value
+    due = job("due", 3, 40.0, 0)
+    obs = bidder_obs(jobs=(due, flexible), capacity=6, labs=2, mech=mechanism(reserve_price=5.0))
+    assert fresh(RuleExpert()).act(obs).bids == [40.0, 40.0, 40.0] + [patient] * 3
 
 
 def test_rule_expert_adapts_to_shocks() -> None:
@@ -716,17 +779,17 @@ def test_rule_expert_keeps_hopeless_jobs_off_its_blocks_and_pitches() -> None:
     expert = fresh(RuleExpert())
     assert expert.act(obs) == AllocateToJob(job_id="hopeless", blocks=0)
     assert isinstance(expert.act(obs), Wait)  # once per round
-    pool = mechanism(reserve_price=10.0, judge_pool_share=0.5)
+    pool = mechanism(reserve_price=10.0, judge_pool_share=0.5)  # 4 of 8 blocks to the judge
     pitch = fresh(RuleExpert()).act(
-        bidder_obs(phase="negotiation", jobs=(job("j", 4, 30.0, 1),), capacity=4, mech=pool)
+        bidder_obs(phase="negotiation", jobs=(job("j", 4, 30.0, 1),), capacity=8, mech=pool)
     )
-    assert isinstance(pitch, MakePitch) and pitch.blocks_requested == 2 and pitch.job_id == "j"
+    assert isinstance(pitch, MakePitch) and pitch.blocks_requested == 4 and pitch.job_id == "j"
 
 
 def test_rule_expert_proposes_and_joins_buying_clubs() -> None:
     pricey = job("pricey", 4, 40.0, 0)  # completable with 4 of 8 blocks, not with 50 credits
-    obs = bidder_obs(
-        phase="negotiation", jobs=(pricey,), budget=50.0, mech=mechanism(reserve_price=20.0)
+    obs = bidder_obs(  # two labs: an equal share of the 8 blocks is the 4 it needs
+        phase="negotiation", jobs=(pricey,), budget=50.0, labs=2, mech=mechanism(reserve_price=20.0)
     )
     club = fresh(RuleExpert()).act(obs)
     assert club.action_type == "form_coalition" and club.contribution == 50.0
