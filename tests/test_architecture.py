@@ -246,3 +246,20 @@ def test_the_core_and_the_agents_import_on_their_own() -> None:
         assert out.returncode == 0, (module, out.stderr)
         if heavy is not None:
             assert out.stdout.strip() == heavy, (module, out.stdout)
+
+
+def test_design_citations_name_existing_sections() -> None:
+    """Every ``docs/design.md, section N`` in the code, the tests and the docs names a numbered
+    heading, and nothing cites a design file outside the repository."""
+    text = DESIGN.read_text(encoding="utf-8")
+    sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", text, flags=re.M))
+    sources = [f for p in (*PACKAGES, "tests") for f in (ROOT / p).rglob("*.py")]
+    docs = [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+    cited = [(f.name, n) for f in sources + docs for n in re.findall(
+        r"docs/design\.md,? sections? (\d+(?:\.\d+)?)", f.read_text(encoding="utf-8"))]
+    assert len(cited) >= 8, cited
+    assert [c for c in cited if c[1] not in sections] == []
+    this = Path(__file__).name
+    stale = [f.name for f in sources + docs
+             if f.name != this and "DESIGN.md" in f.read_text(encoding="utf-8")]
+    assert stale == []
