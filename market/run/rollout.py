@@ -118,7 +118,12 @@ def with_agent_timeout(scenario: Scenario, agent_timeout: float | None) -> Scena
 #: the modules of the built-in scripted agents: the package's own code, without I/O, returning
 #: within milliseconds; they are called directly (a thread hop per decision costs about a third of
 #: a scripted episode's time on two busy cores). Subclasses defined elsewhere are timed.
-_BOUNDED_MODULES = frozenset({"agents.scripted", "agents.population"})
+_BOUNDED_MODULES = frozenset({
+    "agents.scripted",
+    "agents.population.baselines",
+    "agents.population.expert",
+    "agents.population.designers",
+})
 
 
 def _bounded(agent: Any) -> bool:

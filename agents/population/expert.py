@@ -1,0 +1,294 @@
+"""The rule expert bidder (``rule_expert``): negotiates, forms buying clubs and bids from the
+job plan of :mod:`agents.population.planning`; adapts to shocks."""
+
+from __future__ import annotations
+
+import math
+
+from agents.population.common import (
+    StatefulAgent,
+    ValueRange,
+    credits_down,
+    last_price,
+    price_floor,
+    schedule,
+    shade,
+    unit_limit,
+)
+from agents.population.planning import MarketMemory, Plan, plan_jobs, reduce_demand
+from agents.scripted import MAX_INVITEES, WAIT, affordable
+from market.core.actions import (
+    AcceptOffer,
+    ActionModel,
+    AllocateToJob,
+    Bid,
+    CommitToCoalition,
+    FormCoalition,
+    MakePitch,
+    SendOffer,
+)
+from market.environment import CoalitionView, Observation
+
+# ------------------------------------------------------------------------------------------
+# Rule expert
+# ------------------------------------------------------------------------------------------
+
+
+class RuleExpert(StatefulAgent):
+    """Negotiates, forms useful coalitions and bids from job values; adapts to shocks.
+
+    Valuation (:func:`plan_jobs`, recomputed at every turn from the observation and memory):
+    a block's value is its job's value per block x the reliability; a job without partial credit
+    counts only if it can still complete by its deadline from its own blocks and the blocks it
+    can plausibly win within its budget; jobs are served highest value per block first. Shocks
+    enter through the observation: the current reliability re-values every block and rules out
+    jobs that cannot run; known outages and reliability drops lower the supply of later rounds;
+    an energy spike raises the floor, and blocks worth less than the floor are not bid for.
+
+    Each negotiation turn takes the first rule that applies:
+
+    1. accept an offer to *sell* it blocks whose price is at most the value of those blocks to
+       it (the values of the blocks it would otherwise try to win in that round), or an offer
+       to *buy* blocks it holds spare, at a price of at least the floor per block;
+    2. commit to a coalition invitation that helps it: it still needs blocks this round, the
+       coalition's term ends this round, and the purpose states a price per block at most its
+       value for them; it contributes that price for each block it needs (at most half its
+       budget);
+    3. keep a job it cannot complete off this round's blocks (``allocate_to_job`` with 0) when
+       earliest-deadline-first execution would otherwise give that job blocks before a job it
+       pursues;
+    4. pitch to the judge, when the mechanism has a judge pool, for as many blocks as the pool
+       holds and it still needs this round (once per round);
+    5. offer spare held blocks for sale at the market price (the last revealed price, else its
+       own median value per block, at least the floor) to each other active lab in turn, first
+       those that won blocks last round (they need blocks); one offer per lab, round and delivery
+       round, and none while 8 of its offers are open;
+    6. propose a one-round buying club (a coalition with proportional split) to the other active
+       labs when a deadline job it could complete with the blocks on offer is beyond its budget
+       (once per round). It contributes the part of its budget its own bid leaves idle, so an
+       unanswered proposal costs it nothing but the talk fee, and states the price per block it
+       will bid for the members' blocks: the expected price, at most its own value;
+    7. otherwise wait.
+
+    Bidding: as the leader of an active club it bids from the pool: its own bid (including the
+    short job's blocks), plus one block at the stated price for every such price the other
+    members paid in; if the pool cannot carry its own bid, it bids alone. Otherwise it bids its
+    own values, shaded under ``first_price`` exactly as the ``shader`` does (:func:`shade`) and
+    with demand reduction under ``second_price`` (:func:`reduce_demand`). If it has nothing to
+    bid and a rule-3 fix is pending, it makes that fix instead (bidding nothing and planning
+    blocks both leave it out of the auction).
+
+    It honours commitments: it never leaves a coalition early, never sells blocks a pursued job
+    needs and never sells forward more than it owns.
+    """
+
+    name = "rule_expert"
+    PURPOSE = "buying club"
+
+    def clear(self) -> None:
+        self.memory = MarketMemory()
+        self.values = ValueRange()
+        self.offered: set[tuple[int, str, int]] = set()
+        self.pitched: set[int] = set()
+        self.kept_off: set[tuple[int, str]] = set()
+        self.club_job: dict[int, str] = {}
+
+    # --- helpers --------------------------------------------------------------------------
+    def _market_price(self, obs: Observation, plan: Plan) -> float:
+        price = last_price(obs)
+        if price is None or price <= price_floor(obs):
+            own = sorted(j.value / j.size * obs.reliability for j in obs.jobs or ())
+            price = own[len(own) // 2] if own else price_floor(obs)
+        return round(max(price, price_floor(obs)), 2)
+
+    def _accept(self, obs: Observation, plan: Plan) -> ActionModel | None:
+        budget = obs.budget or 0.0
+        for offer in obs.offers_received or ():
+            t = offer.delivery_round
+            if t < obs.round or offer.expires_round < obs.round:
+                continue
+            if offer.side == "sell":  # it would buy
+                values = plan.wanted.get(t, [])[: offer.blocks]
+                if len(values) == offer.blocks and offer.price <= min(sum(values), budget):
+                    return AcceptOffer(offer_id=offer.offer_id)
+            elif offer.blocks <= plan.spare.get(t, 0) and offer.price >= offer.blocks * price_floor(
+                obs
+            ):
+                return AcceptOffer(offer_id=offer.offer_id)
+        return None
+
+    def _commit(self, obs: Observation, plan: Plan) -> ActionModel | None:
+        if not plan.bid_values:
+            return None
+        for c in obs.coalitions or ():
+            if obs.seat not in c.invited or c.term_end != obs.round or c.split != "proportional":
+                continue
+            price = _club_price(c)
+            if price is None:
+                continue
+            blocks = [v for v in plan.bid_values if v >= price]
+            contribution = min(len(blocks) * price, (obs.budget or 0.0) / 2)
+            if blocks and contribution >= price:
+                return CommitToCoalition(
+                    coalition_id=c.coalition_id, contribution=credits_down(contribution)
+                )
+        return None
+
+    def _keep_off(self, obs: Observation, plan: Plan) -> ActionModel | None:
+        runnable = [p for p in plan.jobs if p.job.min_reliability <= obs.reliability]
+        pursued = [p.job for p in runnable if p.pursue]
+        if not pursued or not ((obs.holdings or [0])[0] or plan.bid_values):
+            return None
+        last = max((j.deadline, j.job_id) for j in pursued)
+        for p in runnable:
+            key = (obs.round, p.job.job_id)
+            if not p.pursue and (p.job.deadline, p.job.job_id) < last and key not in self.kept_off:
+                self.kept_off.add(key)
+                return AllocateToJob(job_id=p.job.job_id, blocks=0)
+        return None
+
+    def _pitch(self, obs: Observation, plan: Plan) -> ActionModel | None:
+        pool = math.floor(obs.capacity * obs.mechanism.judge_pool_share + 1e-9)
+        if pool < 1 or obs.round in self.pitched or not plan.bid_values:
+            return None
+        urgent = min(
+            (p.job for p in plan.jobs if p.pursue and p.job.min_reliability <= obs.reliability),
+            key=lambda j: (j.deadline, -j.value),
+            default=None,
+        )
+        if urgent is None:
+            return None
+        self.pitched.add(obs.round)
+        want = min(pool, len(plan.bid_values))
+        return MakePitch(
+            text=f"{urgent.job_id} needs {urgent.size - urgent.progress} more block(s) "
+            f"by round {urgent.deadline}",
+            blocks_requested=want,
+            job_id=urgent.job_id,
+        )
+
+    def _sell(self, obs: Observation, plan: Plan) -> ActionModel | None:
+        others = [s for s in obs.active_labs if s != obs.seat]
+        if not others or len(obs.offers_sent or ()) >= 8:
+            return None
+        winners = (obs.last_result.winners or {}) if obs.last_result is not None else {}
+        others.sort(key=lambda s: (-winners.get(s, 0), s))
+        ask = self._market_price(obs, plan)
+        for t in sorted(plan.spare):
+            blocks = plan.spare[t]
+            if blocks <= 0:
+                continue
+            for other in others:
+                key = (obs.round, other, t)
+                if key in self.offered:
+                    continue
+                self.offered.add(key)
+                return SendOffer(
+                    to=other,
+                    side="sell",
+                    blocks=blocks,
+                    price=round(ask * blocks, 2),
+                    delivery_round=t,
+                    message=f"{blocks} spare block(s) for round {t}",
+                )
+        return None
+
+    def _own_bid(self, obs: Observation, plan: Plan) -> Bid:
+        return schedule(reduce_demand(shade(plan.bid_values, obs, self.values), obs, plan), obs)
+
+    def _propose(self, obs: Observation, plan: Plan) -> ActionModel | None:
+        short = next(
+            (p for p in plan.jobs if p.short and p.job.min_reliability <= obs.reliability), None
+        )
+        others = [s for s in obs.active_labs if s != obs.seat]
+        leading = any(c.leader == obs.seat for c in obs.coalitions or ())
+        if (
+            short is None
+            or not others
+            or leading
+            or obs.round in self.club_job
+            or obs.mechanism.coalition_policy == "restrict"
+        ):
+            return None
+        price = round(min(plan.price, short.unit * obs.reliability), 2)
+        idle = credits_down((obs.budget or 0.0) - sum(self._own_bid(obs, plan).bids))
+        if price <= 0 or idle < price:
+            return None
+        self.club_job[obs.round] = short.job.job_id
+        return FormCoalition(
+            members=others[:MAX_INVITEES],
+            purpose=f"{self.PURPOSE}: blocks at {price:.2f} each",
+            contribution=idle,
+            split="proportional",
+            term_rounds=1,
+        )
+
+    def _coalition_bid(self, obs: Observation, plan: Plan) -> Bid | None:
+        led = next(
+            (
+                c
+                for c in obs.coalitions or ()
+                if c.leader == obs.seat
+                and c.status == "active"
+                and c.term_end >= obs.round
+                and c.pool
+            ),
+            None,
+        )
+        if led is None or obs.mechanism.coalition_policy == "restrict":
+            return None
+        price = _club_price(led) or 0.0
+        mine = list(plan.bid_values)
+        job = plan.job(self.club_job.get(obs.round, ""))
+        if job is not None:
+            mine += [job.unit * obs.reliability] * (job.job.size - job.job.progress)
+        funded = max(0.0, (led.pool or 0.0) - (led.my_balance or 0.0))
+        club = [price] * (int(funded // price) if price > 0 else 0)
+        own = reduce_demand(shade(mine, obs, self.values), obs, plan)
+        if sum(own) > (led.pool or 0.0) - len(club) * price + 1e-9:
+            return None  # the pool cannot carry its own bids: bid alone this round
+        values = sorted([*own, *club], reverse=True)
+        return Bid(
+            bids=affordable(values, led.pool or 0.0, unit_limit(obs)), coalition_id=led.coalition_id
+        )
+
+    # --- the turn -------------------------------------------------------------------------
+    def act(self, obs: Observation) -> ActionModel:
+        self.memory.observe(obs)
+        self.values.observe(obs)
+        if obs.phase not in ("negotiation", "bidding"):
+            return WAIT
+        plan = plan_jobs(obs, self.memory)
+        if obs.phase == "negotiation":
+            for rule in (
+                self._accept,
+                self._commit,
+                self._keep_off,
+                self._pitch,
+                self._sell,
+                self._propose,
+            ):
+                action = rule(obs, plan)
+                if action is not None:
+                    return action
+            return WAIT
+        bid = self._coalition_bid(obs, plan)
+        if bid is None:
+            bid = self._own_bid(obs, plan)
+        if not bid.bids:
+            fix = self._keep_off(obs, plan)
+            if fix is not None:
+                return fix
+        self.memory.bid_units[obs.round] = len(bid.bids)
+        return bid
+
+
+def _club_price(coalition: CoalitionView) -> float | None:
+    """The per-block price a rule expert's buying-club proposal states in its purpose."""
+    text = coalition.purpose
+    if not text.startswith(RuleExpert.PURPOSE):
+        return None
+    try:
+        return float(text.split(" at ", 1)[1].split()[0])
+    except (IndexError, ValueError):
+        return None

@@ -1,0 +1,308 @@
+"""The rule expert's valuation: its market memory, slack detection, the job plan (which jobs to
+admit and what each block is worth) and demand reduction under the uniform-price auction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from agents.population.common import price_floor
+from market.environment import JobView, MarketResultView, Observation
+
+# ------------------------------------------------------------------------------------------
+# The rule expert's valuation
+# ------------------------------------------------------------------------------------------
+
+
+class MarketMemory:
+    """What a lab remembers across turns: base reliability and capacity, its win history, and
+    how much of the last cleared round's supply its rivals left over."""
+
+    def __init__(self) -> None:
+        self.reliability = 0.0
+        self.capacities: dict[int, int] = {}
+        self.auctioned: dict[int, int] = {}
+        self.bid_units: dict[int, int] = {}
+        self.won: dict[int, int] = {}
+        self.seen_results: set[int] = set()
+        self.left_over: float | None = None  # share of the last round's blocks rivals left
+
+    def observe(self, obs: Observation) -> None:
+        self.reliability = max(self.reliability, obs.reliability)
+        if not any(
+            s.kind == "capacity_outage" and s.round <= obs.round < s.round + s.duration
+            for s in obs.shocks
+        ):
+            self.capacities[obs.round] = obs.capacity
+        self.auctioned[obs.round] = auctioned_blocks(obs)
+        result = obs.last_result
+        if result is not None and result.round not in self.seen_results:
+            self.seen_results.add(result.round)
+            self.won[result.round] = result.my_won
+            auctioned = self.auctioned.get(result.round, 0)
+            if auctioned:
+                rivals = result.blocks_sold - result.my_won
+                spare = max(0, auctioned - rivals) if slack(result, auctioned) else 0
+                self.left_over = spare / auctioned
+
+    def base_capacity(self, obs: Observation) -> float:
+        seen = list(self.capacities.values())
+        return sum(seen) / len(seen) if seen else float(obs.capacity)
+
+    def share(self, obs: Observation) -> float:
+        """Plausible share of a round's auctioned blocks it can win: an equal share; more if it
+        has won more than that when it bid for more than it got; and at least the share its
+        rivals left over in the last round, if that round cleared at the reserve (their demand
+        was met, so what they did not take would have gone to a bid at the floor)."""
+        share = min(1.0, 1.0 / max(1, len(obs.active_labs)))
+        for r, units in self.bid_units.items():
+            won = self.won.get(r)
+            cap = self.capacities.get(r)
+            if won is not None and cap and units > won:
+                share = max(share, min(1.0, won / cap))
+        return max(share, self.left_over or 0.0)
+
+
+def auctioned_blocks(obs: Observation) -> int:
+    """This round's blocks that go to auction (capacity less the judge's pool)."""
+    return math.floor(obs.capacity * (1 - obs.mechanism.judge_pool_share) + 1e-9)
+
+
+def slack(result: MarketResultView, auctioned: int) -> bool:
+    """Whether a cleared round had supply to spare: blocks went unsold, or the price (revealed,
+    or what the seat itself paid per block) was the reserve."""
+    if result.blocks_sold < auctioned:
+        return True
+    price = result.clearing_price
+    if price is None and result.my_won:
+        price = result.my_paid / result.my_won
+    return price is not None and result.reserve is not None and price <= result.reserve + 1e-9
+
+
+@dataclass
+class JobPlan:
+    job: JobView
+    unit: float  # value per block of size
+    pursue: bool
+    held: dict[int, int] = field(default_factory=dict)  # round -> own blocks planned for it
+    buy: dict[int, int] = field(default_factory=dict)  # round -> blocks it plans to win
+    short: bool = False  # completable with the blocks on offer, but not with its budget
+
+
+@dataclass
+class Plan:
+    jobs: list[JobPlan]
+    bid_values: list[float]  # this round's blocks to buy, value each, highest first
+    spare: dict[int, int]  # round -> own blocks no pursued job needs
+    wanted: dict[int, list[float]]  # round -> values of blocks it plans to acquire then
+    price: float  # expected price per block
+    urgent: int = 0  # blocks that deadline jobs due this round still need beyond own blocks
+
+    def job(self, job_id: str) -> JobPlan | None:
+        return next((p for p in self.jobs if p.job.job_id == job_id), None)
+
+
+def expected_price(obs: Observation, floor: float) -> float:
+    """The price per block it plans its budget with: the median revealed clearing price so far
+    (the floor before any is revealed), never below the floor."""
+    revealed = sorted(p for p in obs.price_history if p is not None)
+    return max(floor, revealed[len(revealed) // 2]) if revealed else floor
+
+
+def _simulate(
+    plans: list[JobPlan],
+    rounds: range,
+    held: dict[int, int],
+    plausible: dict[int, int],
+    usable: dict[str, set[int]],
+    budget: float,
+    price: float,
+) -> tuple[bool, bool]:
+    """Schedule ``plans`` round by round; fill their ``held``/``buy``; (complete?, affordable?).
+
+    In each round, jobs without partial credit go first, earliest deadline first (the order that
+    completes a set of deadline jobs whenever any order does), on own blocks first and then on
+    plausible wins; jobs with partial credit share what is left, highest value per block first,
+    buying only what the remaining budget pays for at the expected price.
+    """
+    need = {p.job.job_id: p.job.size - p.job.progress for p in plans}
+    for p in plans:
+        p.held, p.buy = {}, {}
+    spent = 0.0
+    hard = sorted(
+        (p for p in plans if not p.job.partial_credit),
+        key=lambda p: (p.job.deadline, -p.unit, p.job.job_id),
+    )
+    soft = sorted(
+        (p for p in plans if p.job.partial_credit),
+        key=lambda p: (-p.unit, p.job.deadline, p.job.job_id),
+    )
+    for t in rounds:
+        own, win = held[t], plausible[t]
+        for group in (hard, soft):
+            for p in group:
+                key = p.job.job_id
+                if need[key] <= 0 or t not in usable[key]:
+                    continue
+                got = min(own, need[key])
+                if got:
+                    p.held[t], own, need[key] = got, own - got, need[key] - got
+                cost = min(price, p.unit)
+                can_pay = (
+                    need[key] if group is hard else int(max(0.0, budget - spent) // max(cost, 1e-9))
+                )
+                got = min(win, need[key], can_pay)
+                if got:
+                    p.buy[t], win, need[key] = got, win - got, need[key] - got
+                    spent += got * cost
+    complete = all(need[p.job.job_id] <= 0 for p in hard)
+    return complete, spent <= budget + 1e-9
+
+
+def plan_jobs(obs: Observation, memory: MarketMemory) -> Plan:
+    """Which jobs are worth blocks, what to bid this round, which held blocks are spare.
+
+    1. Per round ``t`` from now to the end it counts its *own* blocks (holdings, plus blocks
+       bought and minus blocks sold on forward contracts), the auctioned capacity (this round's,
+       less the judge pool; later rounds: the mean capacity seen outside outages, reduced by
+       known outages), the reliability (this round's; later: the highest seen, less known
+       reliability drops), and the blocks it can *plausibly win*: ``ceil(capacity x share)``
+       (:meth:`MarketMemory.share`).
+    2. A job can use the rounds up to its deadline whose reliability it accepts and in which a
+       block is worth more than the floor (a block worth less is never bought).
+    3. Jobs are admitted by value per block, highest first. A job with partial credit is always
+       admitted: each block pays. A job without partial credit is worth something only if it
+       completes by its deadline, so it is admitted only if every admitted deadline job still
+       completes when they are scheduled together (:func:`_simulate`: earliest deadline first,
+       own blocks before plausible wins) and the wins fit the budget at the expected price
+       (:func:`expected_price`). If only the budget stops it, it is ``short``.
+    4. This round's marginal values: for each admitted job it can run now, its remaining
+       blocks minus its own blocks of later rounds scheduled for it, at value per block x this
+       round's reliability; this round's own blocks cover the most valuable of these units, so
+       the extra blocks it bids for are worth the rest.
+    5. ``urgent``: the blocks its deadline jobs must get this round, because by some deadline
+       their remaining blocks exceed what later rounds can give (own blocks plus an equal share,
+       ``floor(auctioned / active labs)``, of each later round's auction).
+    6. Own blocks left unused when the admitted jobs are served from own blocks alone (in case
+       it wins nothing) are *spare*; in later rounds it keeps one block per admitted deadline
+       job still running then, as insurance against failures.
+    """
+    now, total = obs.round, obs.rounds_total
+    rounds = range(now, total)
+    holdings = obs.holdings or []
+    held = {t: holdings[t - now] if t - now < len(holdings) else 0 for t in rounds}
+    for c in obs.contracts or ():
+        if c.delivery_round in held:
+            held[c.delivery_round] += c.blocks if c.buyer == obs.seat else -c.blocks
+    held = {t: max(0, h) for t, h in held.items()}
+    base_rel = max(memory.reliability, obs.reliability)
+    reliability = {t: obs.reliability if t == now else base_rel for t in rounds}
+    base_cap = memory.base_capacity(obs)
+    capacity = {t: float(obs.capacity) if t == now else base_cap for t in rounds}
+    for shock in obs.shocks:
+        for t in range(max(shock.round, now + 1), min(total, shock.round + shock.duration)):
+            if shock.kind == "reliability_drop":
+                reliability[t] = max(0.0, reliability[t] - shock.magnitude)
+            elif shock.kind == "capacity_outage":
+                capacity[t] = capacity[t] * (1 - min(1.0, shock.magnitude))
+    pool_share = obs.mechanism.judge_pool_share
+    share = memory.share(obs)
+    plausible = {
+        t: math.ceil(math.floor(capacity[t] * (1 - pool_share) + 1e-9) * share) for t in rounds
+    }
+    floor = price_floor(obs)
+    price = expected_price(obs, floor)
+    budget = obs.budget or 0.0
+    jobs = sorted(
+        (j for j in obs.jobs or () if j.status == "active" and j.deadline >= now),
+        key=lambda j: (-j.value / j.size, j.deadline, j.job_id),
+    )
+    usable = {
+        j.job_id: {
+            t
+            for t in range(now, j.deadline + 1)
+            if j.min_reliability <= reliability[t] and j.value / j.size * reliability[t] > floor
+        }
+        for j in jobs
+    }
+    plans = [JobPlan(j, j.value / j.size, pursue=False) for j in jobs]
+    admitted: list[JobPlan] = []
+    for plan in plans:
+        if not usable[plan.job.job_id]:
+            continue
+        trial = [*admitted, plan]
+        complete, within_budget = _simulate(trial, rounds, held, plausible, usable, budget, price)
+        if complete and within_budget:
+            admitted.append(plan)
+        else:
+            plan.short = complete and not within_budget
+    for plan in plans:
+        plan.pursue = plan in admitted
+        if not plan.pursue:
+            plan.held, plan.buy = {}, {}
+    _simulate(admitted, rounds, held, plausible, usable, budget, price)
+    bid_values: list[float] = []
+    wanted: dict[int, list[float]] = {t: [] for t in rounds}
+    held_now = 0
+    for plan in admitted:
+        job = plan.job
+        for t, n in plan.buy.items():
+            wanted[t] += [plan.unit * reliability[t]] * n
+        if now in usable[job.job_id]:
+            later = sum(n for t, n in plan.held.items() if t > now)
+            held_now += plan.held.get(now, 0)
+            bid_values += [plan.unit * obs.reliability] * max(0, job.size - job.progress - later)
+    # this round's own blocks cover the most valuable units; extra blocks are worth the rest
+    bid_values = sorted(bid_values, reverse=True)[held_now:]
+    wanted[now] = list(bid_values)
+    # blocks the deadline jobs need this round: by each deadline d, what later rounds up to d
+    # cannot supply (own blocks plus an equal share of the auctioned blocks) must come now
+    hard = [p for p in admitted if not p.job.partial_credit]
+    n_labs = max(1, len(obs.active_labs))
+    must = 0
+    for d in sorted({p.job.deadline for p in hard}):
+        demand = sum(p.job.size - p.job.progress for p in hard if p.job.deadline <= d)
+        later = sum(
+            held[t] + math.floor(capacity[t] * (1 - pool_share) + 1e-9) // n_labs
+            for t in range(now + 1, d + 1)
+        )
+        must = max(must, demand - later)
+    urgent = max(0, must - held[now])
+    # spare: own blocks left when the admitted jobs are served from own blocks alone (it may
+    # win nothing), less one block per deadline job still running then, against failures
+    _simulate(admitted, rounds, held, dict.fromkeys(rounds, 0), usable, budget, price)
+    spare = dict(held)
+    for plan in admitted:
+        for t, n in plan.held.items():
+            spare[t] -= n
+    for t in rounds:
+        if t > now:
+            running = sum(1 for p in hard if p.job.deadline >= t)
+            spare[t] = max(0, spare[t] - running)
+    _simulate(admitted, rounds, held, plausible, usable, budget, price)
+    return Plan(plans, bid_values, spare, wanted, price, urgent)
+
+
+#: how far above the price floor it bids for the blocks it can wait for, in value units: enough
+#: to rank before bids at the floor or a step or two above it, while a rejected bid of its own
+#: raises the price it pays by no more than that
+PATIENT_MARGIN = 0.03
+
+
+def reduce_demand(bids: list[float], obs: Observation, plan: Plan) -> list[float]:
+    """Demand reduction for the uniform-price (``second_price``) auction.
+
+    Under ``second_price`` every block sells at the highest *rejected* bid, so a bid on a unit
+    it does not win sets the price it pays for every unit it does win: a rejected bid at value
+    hands the whole surplus of its other units to the seller. It therefore bids its value only
+    on the blocks its deadline jobs cannot do without this round (``plan.urgent``: what later
+    rounds cannot supply) and is patient with the rest: it bids them just above the floor
+    (:data:`PATIENT_MARGIN` value units above it, never above their value). Those units win
+    whenever the other labs leave supply over, at about the reserve, and if rejected they raise
+    the price by at most that margin; blocks it misses now it can still buy in a later, slacker
+    round. Other mechanisms are returned unchanged.
+    """
+    if obs.mechanism.auction_type != "second_price" or not bids:
+        return bids
+    patient = price_floor(obs) + PATIENT_MARGIN * obs.value_unit
+    return [b if k < plan.urgent else min(b, patient) for k, b in enumerate(bids)]
