@@ -234,6 +234,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 1 if failed else STRICT_EXIT if strict_failed else 0
 
 
+def scenario_code(name: str) -> str:
+    """A short column code for a scenario: its words' initials and its digits (MS0, ST)."""
+    return "".join(part if part.isdigit() else part[:1].upper() for part in name.split("_") if part)
+
+
 def cmd_expert_matrix(args: argparse.Namespace) -> int:
     """``gpumarket eval --expert-matrix``: rule_expert minus each scripted bidder, per scenario."""
     if args.mechanisms:
@@ -257,20 +262,29 @@ def cmd_expert_matrix(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("gpumarket eval: interrupted (the expert matrix is not resumable)", file=sys.stderr)
         return 130
-    rich = Table(title=f"{matrix.expert} minus each scripted bidder in {matrix.seat}: mean "
-                       f"return difference +/- 95% CI over {len(matrix.seeds)} paired seed(s) "
-                       "(> : CI above 0)")
-    rich.add_column("scenario")
+    # members down, scenarios across (by code), means only: 13 x 10 cells with their CIs do not
+    # fit a terminal; the files hold the CIs
+    cells = {(c["member"], c["scenario"]): c for c in matrix.cells()}
+    codes = [scenario_code(s) for s in matrix.scenarios]
+    if len(set(codes)) < len(codes):
+        codes = [f"S{k}" for k in range(1, len(codes) + 1)]
+    width = max(len(m) for m in [*matrix.members, "member"])
+    print(f"{matrix.expert} minus each scripted bidder in {matrix.seat}: mean return difference "
+          f"over {len(matrix.seeds)} paired seed(s); > : 95% CI above 0")
+    print("member".ljust(width) + "".join(code.rjust(7) for code in codes))
     for member in matrix.members:
-        rich.add_column(member, justify="right")
-    for line in matrix.grid():
-        rich.add_row(*(c.replace("±", "+/-") for c in line))
-    console = Console()
-    console.print(rich)
+        print(member.ljust(width) + "".join(
+            f"{cells[(member, s)]['diff']:+.2f}{'>' if cells[(member, s)]['low'] > 0 else ' '}"
+            .rjust(7) for s in matrix.scenarios))
+    print("codes: " + ", ".join(f"{c}={s}" for c, s in zip(codes, matrix.scenarios, strict=True)))
     behind = matrix.not_beaten()
-    print(f"{len(matrix.cells()) - len(behind)} of {len(matrix.cells())} cells above 0"
+    tightest = sorted(cells.values(), key=lambda c: c["low"])[:3]
+    print(f"{len(cells) - len(behind)} of {len(cells)} cells above 0; lowest CI bounds: "
+          + "; ".join(f"{c['scenario']} / {c['member']} {c['diff']:+.3f} +/- {c['ci95']:.3f}"
+                      for c in tightest)
           + "".join(f"\n  not beaten: {c['scenario']} / {c['member']}: {c['diff']:+.3f} +/- "
-                    f"{c['ci95']:.3f}" for c in behind))
+                    f"{c['ci95']:.3f}" for c in behind[:10])
+          + (f"\n  ... and {len(behind) - 10} more" if len(behind) > 10 else ""))
     for row in matrix.baseline():
         print(f"{BASELINE[0]} minus {BASELINE[1]} in {row['scenario']}: {row['diff']:+.3f} +/- "
               f"{row['ci95']:.3f}")

@@ -326,7 +326,7 @@ def test_graph_counts_trades_coalitions_messages_cartels(tmp_path: Path) -> None
     seats = {
         "bidder_0": "spam_offers",
         "bidder_1": "always_accept",
-        "bidder_2": "spam_coalitions",  # proposes coalitions: coalition edges
+        "bidder_2": "spam_coalitions",  # proposes a coalition every turn; the exploiter joins
         "bidder_3": "exploiter",
         "bidder_4": "colluder",
         "bidder_5": "colluder",
