@@ -5,7 +5,9 @@ import warnings
 
 from agents.llm import cache as _moved
 
-warnings.warn("agents.cache is deprecated; import agents.llm.cache instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "agents.cache is deprecated; import agents.llm.cache instead", DeprecationWarning, stacklevel=2
+)
 
 
 def __getattr__(name: str) -> object:

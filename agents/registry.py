@@ -16,7 +16,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from agents.base import BaseAgent
-from agents.llm.agent import make_llm_agent, unknown_parameter_message
+from agents.llm.agent import make_llm_agent
+from agents.llm.spec import unknown_parameter_message
 from agents.population import (
     ColluderBidder,
     DropoutBidder,
@@ -42,10 +43,25 @@ from agents.torch_policy import TorchPolicyAgent
 
 REGISTRY: dict[str, Callable[..., BaseAgent]] = {
     cls.name: cls
-    for cls in (TruthfulBidder, IdleBidder, RandomValidBidder, AlwaysAcceptBidder, FixedDesigner, RandomDesigner,
-                OfferSpammer, CoalitionSpammer, PitchSpammer,
-                ShaderBidder, ColluderBidder, DropoutBidder, ExploiterBidder, GreedyHoarder,
-                NoNegotiationBidder, RuleExpert, RuleDesigner)
+    for cls in (
+        TruthfulBidder,
+        IdleBidder,
+        RandomValidBidder,
+        AlwaysAcceptBidder,
+        FixedDesigner,
+        RandomDesigner,
+        OfferSpammer,
+        CoalitionSpammer,
+        PitchSpammer,
+        ShaderBidder,
+        ColluderBidder,
+        DropoutBidder,
+        ExploiterBidder,
+        GreedyHoarder,
+        NoNegotiationBidder,
+        RuleExpert,
+        RuleDesigner,
+    )
 }
 # agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not
 # in REGISTRY, whose agents all play with no parameters (sweeps and tournaments rely on that)
@@ -85,7 +101,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
-        raise AgentSpecError(f"agent spec {spec!r}: the part after '?' must be key=value pairs joined by '&'") from None
+        raise AgentSpecError(
+            f"agent spec {spec!r}: the part after '?' must be key=value pairs joined by '&'"
+        ) from None
     return name.strip(), {k: _coerce(v) for k, v in pairs}
 
 
@@ -114,15 +132,18 @@ def plugin_status() -> list[PluginStatus]:
         try:
             factory = ep.load()
         except Exception as exc:  # a broken plug-in must not take the listing down
-            out.append(PluginStatus(name, ep.value, error=f"import failed: {type(exc).__name__}: {exc}"))
+            out.append(
+                PluginStatus(name, ep.value, error=f"import failed: {type(exc).__name__}: {exc}")
+            )
             continue
         roles = getattr(factory, "roles", None)
         if not roles:
             out.append(PluginStatus(name, ep.value, error="loads, but is not an agent (no roles)"))
             continue
         doc = (getattr(factory, "__doc__", None) or "").strip()
-        out.append(PluginStatus(name, ep.value, tuple(sorted(roles)),
-                                doc.splitlines()[0] if doc else ""))
+        out.append(
+            PluginStatus(name, ep.value, tuple(sorted(roles)), doc.splitlines()[0] if doc else "")
+        )
     return out
 
 
@@ -133,7 +154,9 @@ def _load_py(target: str) -> Callable[..., BaseAgent]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise AgentSpecError(f"py:{target}: cannot import {module_name!r} ({exc}); is it installed or on PYTHONPATH?") from None
+        raise AgentSpecError(
+            f"py:{target}: cannot import {module_name!r} ({exc}); is it installed or on PYTHONPATH?"
+        ) from None
     factory = getattr(module, attr, None)
     if factory is None:
         raise AgentSpecError(f"py:{target}: module {module_name!r} has no attribute {attr!r}")
@@ -152,7 +175,9 @@ def _resolve(name: str) -> Callable[..., BaseAgent]:
         try:
             return found.load()
         except Exception as exc:  # a broken plug-in must not take the registry down
-            raise AgentSpecError(f"plug-in agent {name!r} ({found.value}) failed to load: {exc}") from None
+            raise AgentSpecError(
+                f"plug-in agent {name!r} ({found.value}) failed to load: {exc}"
+            ) from None
     known = sorted({*REGISTRY, *plugins()})
     raise AgentSpecError(f"unknown agent {name!r}; available: {', '.join(known)}; {SPEC_HELP}")
 
@@ -172,8 +197,11 @@ def _check_params(name: str, factory: Callable[..., BaseAgent], params: dict[str
         return
     if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
         return
-    valid = [n for n, p in sig.parameters.items()
-             if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    valid = [
+        n
+        for n, p in sig.parameters.items()
+        if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
     for key in params:
         if key not in valid:
             raise AgentSpecError(unknown_parameter_message(key, f"agent {name!r}", {name: valid}))
@@ -190,18 +218,26 @@ def make_agent(spec: str, role: str | None = None) -> BaseAgent:
         try:
             agent = factory(**params)
         except TypeError as exc:
-            raise AgentSpecError(f"agent {name!r} does not take parameters {sorted(params)}: {exc}") from None
+            raise AgentSpecError(
+                f"agent {name!r} does not take parameters {sorted(params)}: {exc}"
+            ) from None
         except ValueError as exc:
             raise AgentSpecError(f"agent {name!r}: {exc}") from None
     roles = getattr(agent, "roles", None)
     if not roles or not callable(getattr(agent, "act", None)):
-        raise AgentSpecError(f"{name!r} did not build an agent (it needs act(observation) and roles)")
+        raise AgentSpecError(
+            f"{name!r} did not build an agent (it needs act(observation) and roles)"
+        )
     if role is not None and role not in roles:
-        raise AgentSpecError(f"agent {name!r} cannot fill a {role} seat (it fills: {', '.join(sorted(roles))})")
+        raise AgentSpecError(
+            f"agent {name!r} cannot fill a {role} seat (it fills: {', '.join(sorted(roles))})"
+        )
     return agent
 
 
 def registered(role: str | None = None) -> list[str]:
     """Built-in and plug-in agent names (plug-ins are listed without loading them)."""
-    names = {n for n, f in REGISTRY.items() if role is None or role in getattr(f, "roles", frozenset())}
+    names = {
+        n for n, f in REGISTRY.items() if role is None or role in getattr(f, "roles", frozenset())
+    }
     return sorted(names | set(plugins()))

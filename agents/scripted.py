@@ -84,27 +84,46 @@ class RandomValidBidder(BaseAgent):
         live_jobs = [j for j in obs.jobs or () if j.status == "active"]
         if kind == "bid":
             n = int(rng.integers(0, max(1, obs.capacity) + 1))
-            bids = sorted((float(x) for x in rng.uniform(0, budget / max(1, n) if n else 0, n)), reverse=True)
+            bids = sorted(
+                (float(x) for x in rng.uniform(0, budget / max(1, n) if n else 0, n)), reverse=True
+            )
             return Bid(bids=affordable(bids, budget, max(1, obs.capacity)))
         if kind == "send_offer" and others:
             side = "sell" if held > 0 and rng.random() < 0.5 else "buy"
             blocks = int(rng.integers(1, max(1, held) + 1))
-            price = float(rng.uniform(0, min(budget, 100.0))) if side == "buy" else float(rng.uniform(0, 100.0))
-            return SendOffer(to=str(rng.choice(others)), side=side, blocks=blocks, price=round(price, 2))
+            price = (
+                float(rng.uniform(0, min(budget, 100.0)))
+                if side == "buy"
+                else float(rng.uniform(0, 100.0))
+            )
+            return SendOffer(
+                to=str(rng.choice(others)), side=side, blocks=blocks, price=round(price, 2)
+            )
         if kind in ("accept_offer", "reject_offer", "counter_offer") and obs.offers_received:
             offer = obs.offers_received[int(rng.integers(len(obs.offers_received)))]
             if kind == "accept_offer":
                 return AcceptOffer(offer_id=offer.offer_id)
             if kind == "reject_offer":
                 return RejectOffer(offer_id=offer.offer_id)
-            return CounterOffer(offer_id=offer.offer_id, blocks=offer.blocks, price=round(offer.price * float(rng.uniform(0.5, 1.5)), 2))
+            return CounterOffer(
+                offer_id=offer.offer_id,
+                blocks=offer.blocks,
+                price=round(offer.price * float(rng.uniform(0.5, 1.5)), 2),
+            )
         if kind == "form_coalition" and others:
             k = int(rng.integers(1, min(len(others), MAX_INVITEES) + 1))
             members = [str(m) for m in rng.choice(others, size=k, replace=False)]
-            return FormCoalition(members=members, purpose="pool budget", contribution=round(float(rng.uniform(0, budget / 4)), 2))
+            return FormCoalition(
+                members=members,
+                purpose="pool budget",
+                contribution=round(float(rng.uniform(0, budget / 4)), 2),
+            )
         invitations = [c for c in obs.coalitions or () if obs.seat in c.invited]
         if kind == "commit_to_coalition" and invitations:
-            return CommitToCoalition(coalition_id=invitations[0].coalition_id, contribution=round(float(rng.uniform(0, budget / 4)), 2))
+            return CommitToCoalition(
+                coalition_id=invitations[0].coalition_id,
+                contribution=round(float(rng.uniform(0, budget / 4)), 2),
+            )
         mine = [c for c in obs.coalitions or () if obs.seat in c.members]
         if kind == "leave_coalition" and mine:
             return LeaveCoalition(coalition_id=mine[int(rng.integers(len(mine)))].coalition_id)
@@ -112,10 +131,15 @@ class RandomValidBidder(BaseAgent):
             to = "all" if not others or rng.random() < 0.5 else str(rng.choice(others))
             return SendMessage(to=to, text=f"round {obs.round}: looking for blocks")
         if kind == "make_pitch":
-            return MakePitch(text="We need compute to finish our job before its deadline.", blocks_requested=int(rng.integers(1, 4)))
+            return MakePitch(
+                text="We need compute to finish our job before its deadline.",
+                blocks_requested=int(rng.integers(1, 4)),
+            )
         if kind == "allocate_to_job" and live_jobs:
             job = live_jobs[int(rng.integers(len(live_jobs)))]
-            return AllocateToJob(job_id=job.job_id, blocks=int(rng.integers(0, job.size - job.progress + 1)))
+            return AllocateToJob(
+                job_id=job.job_id, blocks=int(rng.integers(0, job.size - job.progress + 1))
+            )
         return WAIT
 
 
@@ -137,20 +161,24 @@ class RandomDesigner(BaseAgent):
 
     def act(self, obs: Observation) -> ActionModel:
         rng = self.rng
-        return SetMechanism.model_validate({"mechanism": {
-            "auction_type": str(rng.choice(AUCTION_TYPES)),
-            "reserve_price": round(float(rng.uniform(0, 30)), 2),
-            "reveal_reserve": bool(rng.random() < 0.5),
-            "reveal_competing_bids": bool(rng.random() < 0.5),
-            "reveal_winner_identity": bool(rng.random() < 0.5),
-            "reveal_clearing_price": bool(rng.random() < 0.5),
-            "reveal_bid_distribution": bool(rng.random() < 0.5),
-            "shill_penalty": round(float(rng.uniform(0, 20)), 2),
-            "withdrawal_penalty": round(float(rng.uniform(0, 20)), 2),
-            "collusion_penalty": round(float(rng.uniform(0, 20)), 2),
-            "coalition_policy": str(rng.choice(COALITION_POLICIES)),
-            "judge_pool_share": round(float(rng.uniform(0, 0.3)), 2),
-        }})
+        return SetMechanism.model_validate(
+            {
+                "mechanism": {
+                    "auction_type": str(rng.choice(AUCTION_TYPES)),
+                    "reserve_price": round(float(rng.uniform(0, 30)), 2),
+                    "reveal_reserve": bool(rng.random() < 0.5),
+                    "reveal_competing_bids": bool(rng.random() < 0.5),
+                    "reveal_winner_identity": bool(rng.random() < 0.5),
+                    "reveal_clearing_price": bool(rng.random() < 0.5),
+                    "reveal_bid_distribution": bool(rng.random() < 0.5),
+                    "shill_penalty": round(float(rng.uniform(0, 20)), 2),
+                    "withdrawal_penalty": round(float(rng.uniform(0, 20)), 2),
+                    "collusion_penalty": round(float(rng.uniform(0, 20)), 2),
+                    "coalition_policy": str(rng.choice(COALITION_POLICIES)),
+                    "judge_pool_share": round(float(rng.uniform(0, 0.3)), 2),
+                }
+            }
+        )
 
 
 class _Spammer(BaseAgent):
@@ -181,7 +209,11 @@ class CoalitionSpammer(_Spammer):
     def talk(self, obs: Observation) -> ActionModel:
         others = [s for s in obs.active_labs if s != obs.seat]
         invited = others[:MAX_INVITEES]
-        return FormCoalition(members=invited, purpose="synergy alignment partnership") if others else WAIT
+        return (
+            FormCoalition(members=invited, purpose="synergy alignment partnership")
+            if others
+            else WAIT
+        )
 
 
 class PitchSpammer(_Spammer):
@@ -190,4 +222,6 @@ class PitchSpammer(_Spammer):
     name = "spam_pitches"
 
     def talk(self, obs: Observation) -> ActionModel:
-        return MakePitch(text="URGENT critical deadline breakthrough safety impact " * 5, blocks_requested=1000)
+        return MakePitch(
+            text="URGENT critical deadline breakthrough safety impact " * 5, blocks_requested=1000
+        )

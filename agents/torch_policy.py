@@ -71,8 +71,11 @@ def policy_net_class() -> type[Any]:
         def init_weights(self, generator: torch.Generator) -> None:
             """Orthogonal weights (gain sqrt 2 in the body, 0.01 for logits so the start is near
             uniform over the unmasked entries, 1 for the value), zero biases."""
-            for module, gain in [*((m, math.sqrt(2)) for m in self.body if isinstance(m, nn.Linear)),
-                                 (self.logits, 0.01), (self.value, 1.0)]:
+            for module, gain in [
+                *((m, math.sqrt(2)) for m in self.body if isinstance(m, nn.Linear)),
+                (self.logits, 0.01),
+                (self.value, 1.0),
+            ]:
                 with torch.no_grad():
                     nn.init.orthogonal_(module.weight, gain, generator=generator)
                     module.bias.zero_()
@@ -130,32 +133,38 @@ def load_checkpoint(path: str | Path) -> tuple[Any, dict[str, Any]]:
     torch = import_torch()
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist (train one with "
-                              "'gpumarket train --out DIR')")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} does not exist (train one with 'gpumarket train --out DIR')"
+        )
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for a corrupt or foreign file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read as a torch file: "
-                              f"{first[:200]}") from None
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} cannot be read as a torch file: {first[:200]}"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {str(path)!r} is not a gpumarket torch policy "
-                              f"(format {FORMAT!r})")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is not a gpumarket torch policy (format {FORMAT!r})"
+        )
     meta = data["meta"]
     if meta.get("obs_size") != vector_size() or list(meta.get("menu", [])) != list(MENU_NAMES):
-        raise CheckpointError(f"checkpoint {str(path)!r} was trained for another observation "
-                              f"vector or menu ({meta.get('obs_size')} inputs, "
-                              f"{meta.get('menu_size')} actions; this version has "
-                              f"{vector_size()} and {len(MENU)})")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was trained for another observation "
+            f"vector or menu ({meta.get('obs_size')} inputs, "
+            f"{meta.get('menu_size')} actions; this version has "
+            f"{vector_size()} and {len(MENU)})"
+        )
     net = policy_net_class()(meta["obs_size"], meta["menu_size"], meta["hidden"])
     try:
         net.load_state_dict(data["state_dict"])
     except (RuntimeError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint {str(path)!r}: weights do not fit the policy: "
-                              f"{str(exc).splitlines()[0][:200]}") from None
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: weights do not fit the policy: "
+            f"{str(exc).splitlines()[0][:200]}"
+        ) from None
     net.eval()
     return net, meta
-
 
 
 class TorchPolicyAgent(BaseAgent):
@@ -164,8 +173,9 @@ class TorchPolicyAgent(BaseAgent):
     name = "torch_policy"
     roles = frozenset({"bidder", "designer"})
 
-    def __init__(self, path: str = "", sample: bool | str = False,
-                 max_units_per_bid: int | None = None) -> None:
+    def __init__(
+        self, path: str = "", sample: bool | str = False, max_units_per_bid: int | None = None
+    ) -> None:
         super().__init__()
         if not path:
             raise ValueError("give the checkpoint: torch_policy?path=FILE")
@@ -174,8 +184,11 @@ class TorchPolicyAgent(BaseAgent):
         self.path = str(path)
         self.sample = as_flag(sample, "sample")
         # the env's unit-bid cap comes from the scenario, which an agent is not given
-        self.max_units_per_bid = int(self.meta.get("max_units_per_bid", 0)
-                                     if max_units_per_bid is None else max_units_per_bid)
+        self.max_units_per_bid = int(
+            self.meta.get("max_units_per_bid", 0)
+            if max_units_per_bid is None
+            else max_units_per_bid
+        )
         self.generator = self.torch.Generator().manual_seed(0)
 
     def reset(self, seed: int | None = None) -> None:
@@ -186,8 +199,12 @@ class TorchPolicyAgent(BaseAgent):
     def menu_index(self, observation: Observation) -> int:
         """The menu entry the policy picks for this observation."""
         rl_obs = seat_rl_observation(observation, self.max_units_per_bid)
-        return choose(self.net, rl_obs["observation"], rl_obs["action_mask"],
-                      self.generator if self.sample else None)
+        return choose(
+            self.net,
+            rl_obs["observation"],
+            rl_obs["action_mask"],
+            self.generator if self.sample else None,
+        )
 
     def act(self, observation: Observation) -> ActionModel:
         return translate(observation, self.menu_index(observation), self.max_units_per_bid)[0]

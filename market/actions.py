@@ -5,7 +5,11 @@ import warnings
 
 from market.core import actions as _moved
 
-warnings.warn("market.actions is deprecated; import market.core.actions instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.actions is deprecated; import market.core.actions instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

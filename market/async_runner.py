@@ -6,7 +6,11 @@ import warnings
 from market.run import async_bench
 from market.run import async_runner as _moved
 
-warnings.warn("market.async_runner is deprecated; import market.run.async_runner instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.async_runner is deprecated; import market.run.async_runner instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

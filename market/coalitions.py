@@ -5,7 +5,11 @@ import warnings
 
 from market.core import coalitions as _moved
 
-warnings.warn("market.coalitions is deprecated; import market.core.coalitions instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.coalitions is deprecated; import market.core.coalitions instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

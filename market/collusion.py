@@ -5,7 +5,11 @@ import warnings
 
 from market.core import collusion as _moved
 
-warnings.warn("market.collusion is deprecated; import market.core.collusion instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.collusion is deprecated; import market.core.collusion instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.core import execution as _moved
 
-warnings.warn("market.execution is deprecated; import market.core.execution instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.execution is deprecated; import market.core.execution instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.bench import fake_openai_server as _moved
 
-warnings.warn("market.fake_openai_server is deprecated; import market.bench.fake_openai_server instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.fake_openai_server is deprecated; import market.bench.fake_openai_server instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

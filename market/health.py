@@ -5,7 +5,11 @@ import warnings
 
 from market.run import health as _moved
 
-warnings.warn("market.health is deprecated; import market.run.health instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.health is deprecated; import market.run.health instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

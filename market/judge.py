@@ -6,8 +6,11 @@ import warnings
 from market.core import claims as _claims
 from market.core import judge as _moved
 
-warnings.warn("market.judge is deprecated; import market.core.judge (or market.core.claims) instead",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.judge is deprecated; import market.core.judge (or market.core.claims) instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.core import ledger as _moved
 
-warnings.warn("market.ledger is deprecated; import market.core.ledger instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.ledger is deprecated; import market.core.ledger instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.bench import llm as _moved
 
-warnings.warn("market.llm_bench is deprecated; import market.bench.llm instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.llm_bench is deprecated; import market.bench.llm instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.core import mechanisms as _moved
 
-warnings.warn("market.mechanisms is deprecated; import market.core.mechanisms instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.mechanisms is deprecated; import market.core.mechanisms instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

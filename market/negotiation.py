@@ -5,7 +5,11 @@ import warnings
 
 from market.core import negotiation as _moved
 
-warnings.warn("market.negotiation is deprecated; import market.core.negotiation instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.negotiation is deprecated; import market.core.negotiation instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

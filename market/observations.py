@@ -5,7 +5,11 @@ import warnings
 
 from market.environment import observations as _moved
 
-warnings.warn("market.observations is deprecated; import market.environment.observations instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.observations is deprecated; import market.environment.observations instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.environment import parallel as _moved
 
-warnings.warn("market.parallel is deprecated; import market.environment.parallel instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.parallel is deprecated; import market.environment.parallel instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.run import ray_backend as _moved
 
-warnings.warn("market.ray_backend is deprecated; import market.run.ray_backend instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.ray_backend is deprecated; import market.run.ray_backend instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

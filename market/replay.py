@@ -7,7 +7,11 @@ import warnings
 
 from market.record import replay as _moved
 
-warnings.warn("market.replay is deprecated; import market.record.replay instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.replay is deprecated; import market.record.replay instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

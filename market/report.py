@@ -5,7 +5,11 @@ import warnings
 
 from market.record import report as _moved
 
-warnings.warn("market.report is deprecated; import market.record.report instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.report is deprecated; import market.record.report instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.core import rewards as _moved
 
-warnings.warn("market.rewards is deprecated; import market.core.rewards instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.rewards is deprecated; import market.core.rewards instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.train import rl_train as _moved
 
-warnings.warn("market.rl_train is deprecated; import market.train.rl_train instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.rl_train is deprecated; import market.train.rl_train instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

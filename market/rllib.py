@@ -5,7 +5,11 @@ import warnings
 
 from market.environment import rllib as _moved
 
-warnings.warn("market.rllib is deprecated; import market.environment.rllib instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.rllib is deprecated; import market.environment.rllib instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

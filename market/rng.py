@@ -5,7 +5,9 @@ import warnings
 
 from market.core import rng as _moved
 
-warnings.warn("market.rng is deprecated; import market.core.rng instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.rng is deprecated; import market.core.rng instead", DeprecationWarning, stacklevel=2
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.run import rollout as _moved
 
-warnings.warn("market.rollout is deprecated; import market.run.rollout instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.rollout is deprecated; import market.run.rollout instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -6,7 +6,11 @@ import warnings
 from market.run import evaluation, folders, jobs, mechanism_comparison
 from market.run import runner as _moved
 
-warnings.warn("market.runner is deprecated; import market.run.runner instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.runner is deprecated; import market.run.runner instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

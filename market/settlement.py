@@ -5,7 +5,11 @@ import warnings
 
 from market.core import settlement as _moved
 
-warnings.warn("market.settlement is deprecated; import market.core.settlement instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.settlement is deprecated; import market.core.settlement instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

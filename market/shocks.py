@@ -5,7 +5,11 @@ import warnings
 
 from market.core import shocks as _moved
 
-warnings.warn("market.shocks is deprecated; import market.core.shocks instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.shocks is deprecated; import market.core.shocks instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

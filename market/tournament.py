@@ -5,7 +5,11 @@ import warnings
 
 from market.run import tournament as _moved
 
-warnings.warn("market.tournament is deprecated; import market.run.tournament instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.tournament is deprecated; import market.run.tournament instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.train import training_data as _moved
 
-warnings.warn("market.training_data is deprecated; import market.train.training_data instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.training_data is deprecated; import market.train.training_data instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

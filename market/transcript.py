@@ -5,7 +5,11 @@ import warnings
 
 from market.record import transcript as _moved
 
-warnings.warn("market.transcript is deprecated; import market.record.transcript instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.transcript is deprecated; import market.record.transcript instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from market.record import viewer as _moved
 
-warnings.warn("market.viewer is deprecated; import market.record.viewer instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.viewer is deprecated; import market.record.viewer instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,9 @@ import warnings
 
 from market.core import world as _moved
 
-warnings.warn("market.world is deprecated; import market.core.world instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.world is deprecated; import market.core.world instead", DeprecationWarning, stacklevel=2
+)
 
 
 def __getattr__(name: str) -> object:

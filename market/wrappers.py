@@ -5,7 +5,11 @@ import warnings
 
 from market.environment import wrappers as _moved
 
-warnings.warn("market.wrappers is deprecated; import market.environment.wrappers instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "market.wrappers is deprecated; import market.environment.wrappers instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

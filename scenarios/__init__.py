@@ -23,7 +23,9 @@ class ScenarioError(ValueError):
 
 
 def builtin_names() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files(__name__).iterdir() if p.name.endswith(".toml"))
+    return sorted(
+        p.name[:-5] for p in resources.files(__name__).iterdir() if p.name.endswith(".toml")
+    )
 
 
 def _read(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
@@ -45,7 +47,9 @@ def _read(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[st
         except (OSError, UnicodeDecodeError) as exc:
             raise ScenarioError(f"{source}: cannot be read as UTF-8 text: {exc}") from None
     if text_name in seen:
-        raise ScenarioError(f"{source}: 'extends' forms a cycle: {' -> '.join(seen + (text_name,))}")
+        raise ScenarioError(
+            f"{source}: 'extends' forms a cycle: {' -> '.join(seen + (text_name,))}"
+        )
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -98,7 +102,9 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def load_scenario(name_or_path: str | Path | Scenario = "market_round", **overrides: Any) -> Scenario:
+def load_scenario(
+    name_or_path: str | Path | Scenario = "market_round", **overrides: Any
+) -> Scenario:
     """Load, merge overrides into and validate a scenario. Raises :class:`ScenarioError`."""
     if isinstance(name_or_path, Scenario):
         if not overrides:

@@ -49,12 +49,19 @@ def _check_range(value: tuple[float, float], name: str) -> None:
 
 class LabsSpec(_Strict):
     count: int = Field(3, ge=1, le=5000, description="Labs present at the start.")
-    entrants: int = Field(0, ge=0, le=1000, description="Extra bidder seats that can enter through lab_entry shocks.")
+    entrants: int = Field(
+        0, ge=0, le=1000, description="Extra bidder seats that can enter through lab_entry shocks."
+    )
     budget: tuple[float, float] = Field((200.0, 400.0), description="Initial credits per lab.")
     reputation: tuple[float, float] = Field((0.5, 0.9), description="Initial reputation in [0, 1].")
     jobs: tuple[int, int] = Field((1, 3), description="Jobs each lab holds at the start.")
-    endowment: tuple[int, int] = Field((0, 2), description="Blocks a lab owns in each of its first endowment_rounds rounds (its contracts).")
-    endowment_rounds: int = Field(2, ge=0, description="How many leading rounds the endowment covers.")
+    endowment: tuple[int, int] = Field(
+        (0, 2),
+        description="Blocks a lab owns in each of its first endowment_rounds rounds (its contracts).",
+    )
+    endowment_rounds: int = Field(
+        2, ge=0, description="How many leading rounds the endowment covers."
+    )
 
     @model_validator(mode="after")
     def _ranges(self) -> LabsSpec:
@@ -69,11 +76,25 @@ class LabsSpec(_Strict):
 
 class JobsSpec(_Strict):
     size: tuple[int, int] = Field((2, 6), description="GPU-block-rounds of progress a job needs.")
-    value_per_block: tuple[float, float] = Field((15.0, 45.0), description="Private value per block of size; value = size x this.")
-    slack: tuple[int, int] = Field((1, 3), description="Deadline = arrival + this many rounds (inclusive), clipped to the horizon.")
-    partial_credit_prob: float = Field(0.3, ge=0.0, le=1.0, description="Chance a job pays value x progress/size at its deadline if unfinished.")
-    min_reliability: tuple[float, float] = Field((0.0, 0.9), description="Blocks below this reliability cannot run the job.")
-    arrival_rate: float = Field(0.2, ge=0.0, le=20.0, description="Mean new jobs per lab per round after round 0 (Poisson).")
+    value_per_block: tuple[float, float] = Field(
+        (15.0, 45.0), description="Private value per block of size; value = size x this."
+    )
+    slack: tuple[int, int] = Field(
+        (1, 3),
+        description="Deadline = arrival + this many rounds (inclusive), clipped to the horizon.",
+    )
+    partial_credit_prob: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="Chance a job pays value x progress/size at its deadline if unfinished.",
+    )
+    min_reliability: tuple[float, float] = Field(
+        (0.0, 0.9), description="Blocks below this reliability cannot run the job."
+    )
+    arrival_rate: float = Field(
+        0.2, ge=0.0, le=20.0, description="Mean new jobs per lab per round after round 0 (Poisson)."
+    )
 
     @model_validator(mode="after")
     def _ranges(self) -> JobsSpec:
@@ -90,8 +111,12 @@ class JobsSpec(_Strict):
 
 class CapacitySpec(_Strict):
     blocks: tuple[int, int] = Field((6, 8), description="Blocks the operator releases each round.")
-    reliability: float = Field(0.95, ge=0.0, le=1.0, description="Probability a used block adds progress.")
-    max_units_per_bid: int = Field(0, ge=0, description="Most unit bids in one schedule (0 = the round's capacity).")
+    reliability: float = Field(
+        0.95, ge=0.0, le=1.0, description="Probability a used block adds progress."
+    )
+    max_units_per_bid: int = Field(
+        0, ge=0, description="Most unit bids in one schedule (0 = the round's capacity)."
+    )
 
     @model_validator(mode="after")
     def _ranges(self) -> CapacitySpec:
@@ -107,7 +132,11 @@ class ShockSpec(_Strict):
     kind: ShockKind
     round: int = Field(ge=0)
     duration: int = Field(1, ge=1)
-    magnitude: float | None = Field(None, ge=0.0, description="Meaning per kind: outage/reliability_drop/budget_cut = fraction; windfall/energy_spike = credits; demand_surge = value multiplier of the urgent job. Default: the middle of the kind's random range (see market/core/shocks.py).")
+    magnitude: float | None = Field(
+        None,
+        ge=0.0,
+        description="Meaning per kind: outage/reliability_drop/budget_cut = fraction; windfall/energy_spike = credits; demand_surge = value multiplier of the urgent job. Default: the middle of the kind's random range (see market/core/shocks.py).",
+    )
     target: int | None = Field(None, ge=0)
     public: bool = True
 
@@ -123,32 +152,53 @@ class ShockRates(_Strict):
     energy_spike: float = Field(0.0, ge=0.0, le=1.0)
     lab_exit: float = Field(0.0, ge=0.0, le=1.0)
     lab_entry: float = Field(0.0, ge=0.0, le=1.0)
-    public_share: float = Field(0.5, ge=0.0, le=1.0, description="Chance a random shock is announced publicly.")
+    public_share: float = Field(
+        0.5, ge=0.0, le=1.0, description="Chance a random shock is announced publicly."
+    )
 
 
 class RewardSpec(_Strict):
     value_unit: float = Field(100.0, gt=0.0, description="Credits per reward unit for labs.")
-    invalid_action_penalty: float = Field(0.05, ge=0.0, description="Reward lost per invalid action.")
-    talk_cost: float = Field(0.01, ge=0.0, description="Reward lost per offer, proposal, message or pitch: talk alone never pays.")
+    invalid_action_penalty: float = Field(
+        0.05, ge=0.0, description="Reward lost per invalid action."
+    )
+    talk_cost: float = Field(
+        0.01,
+        ge=0.0,
+        description="Reward lost per offer, proposal, message or pitch: talk alone never pays.",
+    )
     designer_weights: dict[DesignerWeight, float] = Field(
         default_factory=lambda: dict.fromkeys(DESIGNER_WEIGHTS, 1.0),
         description="Exponents of the designer's composite: prod(component ** weight).",
     )
-    designer_revenue_weight: float = Field(0.0, ge=0.0, description="Weight of revenue / (capacity x value_unit) added to the designer's composite.")
+    designer_revenue_weight: float = Field(
+        0.0,
+        ge=0.0,
+        description="Weight of revenue / (capacity x value_unit) added to the designer's composite.",
+    )
 
 
 class AgentsSpec(_Strict):
     designer: str = "fixed"
-    bidders: list[str] = Field(default_factory=lambda: ["truthful"], description="Specs for bidder_0, bidder_1, ...; the last one repeats.")
+    bidders: list[str] = Field(
+        default_factory=lambda: ["truthful"],
+        description="Specs for bidder_0, bidder_1, ...; the last one repeats.",
+    )
 
 
 class Scenario(_Strict):
     name: str = "custom"
     description: str = ""
-    extends: str | None = Field(None, description="A built-in scenario (or path) this one overrides.")
+    extends: str | None = Field(
+        None, description="A built-in scenario (or path) this one overrides."
+    )
     rounds: int = Field(5, ge=1, le=10000)
-    negotiation_turns: int = Field(2, ge=0, le=50, description="Passes over the active labs before bidding.")
-    designer_seat: bool = Field(True, description="Whether designer_0 is a seat; otherwise `mechanism` applies throughout.")
+    negotiation_turns: int = Field(
+        2, ge=0, le=50, description="Passes over the active labs before bidding."
+    )
+    designer_seat: bool = Field(
+        True, description="Whether designer_0 is a seat; otherwise `mechanism` applies throughout."
+    )
     mechanism_every: Literal["round", "episode"] = "round"
     labs: LabsSpec = LabsSpec()
     jobs: JobsSpec = JobsSpec()
@@ -158,24 +208,37 @@ class Scenario(_Strict):
     shock_rates: ShockRates = ShockRates()
     rewards: RewardSpec = RewardSpec()
     agents: AgentsSpec = AgentsSpec()
-    judge: str = Field("rule", description=(
-        "The judge pool's judge: 'rule' (the versioned rubric) or "
-        "'llm:openai?model=NAME&base_url=URL' (an OpenAI-compatible model with the rubric and a "
-        "rule-judge fallback; optional cache=PATH, retries=N)."))
+    judge: str = Field(
+        "rule",
+        description=(
+            "The judge pool's judge: 'rule' (the versioned rubric) or "
+            "'llm:openai?model=NAME&base_url=URL' (an OpenAI-compatible model with the rubric and a "
+            "rule-judge fallback; optional cache=PATH, retries=N)."
+        ),
+    )
     # how long the runner waits, not what the episode is (see RUN_ONLY_KEYS)
-    agent_timeout: float = Field(120.0, ge=0.0, allow_inf_nan=False, description=(
-        "Seconds a seat's agent may take for one decision (0 = no limit). Past it the seat plays "
-        "its fallback action and the decision is counted as a timeout; while that call is still "
-        "running, the seat's later turns fall back at once. --agent-timeout overrides it."))
+    agent_timeout: float = Field(
+        120.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description=(
+            "Seconds a seat's agent may take for one decision (0 = no limit). Past it the seat plays "
+            "its fallback action and the decision is counted as a timeout; while that call is still "
+            "running, the seat's later turns fall back at once. --agent-timeout overrides it."
+        ),
+    )
 
     @field_validator("judge")
     @classmethod
     def _judge_spec(cls, value: str) -> str:
         value = value.strip()
-        name, question_mark, _ = value.partition("?")  # an LLM judge takes parameters, the rule judge none
+        name, question_mark, _ = value.partition(
+            "?"
+        )  # an LLM judge takes parameters, the rule judge none
         if name not in JUDGE_KINDS or bool(question_mark) != (name != "rule"):
             raise ValueError(
-                f"judge must be 'rule' or 'llm:openai?model=NAME&base_url=URL', got {value!r}")
+                f"judge must be 'rule' or 'llm:openai?model=NAME&base_url=URL', got {value!r}"
+            )
         return value
 
     @model_validator(mode="after")
@@ -183,11 +246,17 @@ class Scenario(_Strict):
         total = self.labs.count + self.labs.entrants
         for i, shock in enumerate(self.shocks):
             if shock.round >= self.rounds:
-                raise ValueError(f"shocks[{i}].round {shock.round} is past the last round {self.rounds - 1}")
+                raise ValueError(
+                    f"shocks[{i}].round {shock.round} is past the last round {self.rounds - 1}"
+                )
             if shock.target is not None and shock.target >= total:
-                raise ValueError(f"shocks[{i}].target {shock.target} is not a lab (there are {total})")
+                raise ValueError(
+                    f"shocks[{i}].target {shock.target} is not a lab (there are {total})"
+                )
             if shock.kind == "lab_entry" and self.labs.entrants == 0:
-                raise ValueError(f"shocks[{i}] is a lab_entry but labs.entrants is 0; add entrant seats")
+                raise ValueError(
+                    f"shocks[{i}] is a lab_entry but labs.entrants is 0; add entrant seats"
+                )
         return self
 
     @property

@@ -10,8 +10,11 @@ from support import sweep_skip_reason
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--all-scenarios", action="store_true",
-                     help="also sweep scale scenarios and population variants of built-ins")
+    parser.addoption(
+        "--all-scenarios",
+        action="store_true",
+        help="also sweep scale scenarios and population variants of built-ins",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -45,8 +48,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     new = _outputs_in_checkout() - session.config.stash.get(_outputs_key, set())
     if new and not hasattr(session.config, "workerinput"):  # report once, from the controller
-        print(f"\nERROR: the tests wrote {sorted(new)} into the checkout {_CHECKOUT}; tests must "
-              "write only to tmp_path (pass --out / cwd=tmp_path)")
+        print(
+            f"\nERROR: the tests wrote {sorted(new)} into the checkout {_CHECKOUT}; tests must "
+            "write only to tmp_path (pass --out / cwd=tmp_path)"
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -29,13 +29,23 @@ from typing import Any
 PORT = 6379
 ADDRESS = f"127.0.0.1:{PORT}"
 BIN = Path(sys.executable).parent
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-       # notice a killed node within seconds rather than the default ~30 s
-       "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4",
-       "RAY_health_check_initial_delay_ms": "500"}
+ENV = {
+    **os.environ,
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # notice a killed node within seconds rather than the default ~30 s
+    "RAY_health_check_period_ms": "500",
+    "RAY_health_check_failure_threshold": "4",
+    "RAY_health_check_initial_delay_ms": "500",
+}
 KILL_SEEDS = 20  # large_market episodes (about 1.6 s each with a transcript)
-NODE_FLAGS = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=80000000",
-              "--disable-usage-stats", "--block"]
+NODE_FLAGS = [
+    "--node-ip-address=127.0.0.1",
+    "--num-cpus=1",
+    "--object-store-memory=80000000",
+    "--disable-usage-stats",
+    "--block",
+]
 
 
 class LocalRayCluster:
@@ -45,22 +55,32 @@ class LocalRayCluster:
         self.temp = tempfile.mkdtemp(prefix="gmrc-", dir="/tmp")  # short: socket path limit
         self.logs = Path(self.temp) / "node-logs"
         self.logs.mkdir()
-        self.head = self._start("head", ["--head", f"--port={PORT}", "--include-dashboard=false",
-                                         f"--temp-dir={self.temp}"])
+        self.head = self._start(
+            "head",
+            ["--head", f"--port={PORT}", "--include-dashboard=false", f"--temp-dir={self.temp}"],
+        )
         self._wait_nodes(1)
         self.workers = [self._start(f"worker{i}", [f"--address={ADDRESS}"]) for i in range(workers)]
         self._wait_nodes(1 + workers)
 
     def _start(self, name: str, flags: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the node
-        return subprocess.Popen([str(BIN / "ray"), "start", *flags, *NODE_FLAGS], env=ENV,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [str(BIN / "ray"), "start", *flags, *NODE_FLAGS],
+            env=ENV,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def alive_nodes(self) -> int:
-        code = (f"import ray, json; ray.init(address={ADDRESS!r}, log_to_driver=False, "
-                "logging_level='error'); print(json.dumps(sum(n['Alive'] for n in ray.nodes())))")
-        out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True,
-                             text=True, timeout=120)
+        code = (
+            f"import ray, json; ray.init(address={ADDRESS!r}, log_to_driver=False, "
+            "logging_level='error'); print(json.dumps(sum(n['Alive'] for n in ray.nodes())))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120
+        )
         lines = out.stdout.strip().splitlines()
         return int(lines[-1]) if out.returncode == 0 and lines else 0
 
@@ -90,22 +110,50 @@ class LocalRayCluster:
 
 
 def gpumarket(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "gpumarket"), *args], env=ENV, capture_output=True,
-                          text=True, timeout=900, **kw)
+    return subprocess.run(
+        [str(BIN / "gpumarket"), *args], env=ENV, capture_output=True, text=True, timeout=900, **kw
+    )
 
 
 def case_eval(out: Path) -> dict[str, Any]:
     """An evaluation and a tournament across the cluster, through the CLI."""
     began = time.monotonic()
-    ev = gpumarket("eval", "--agents", "rule_expert,random_valid", "--scenarios",
-                   "single_trade,market_round", "--seeds", "0:12", "--transcripts",
-                   "--backend", "ray", "--address", ADDRESS, "--out", str(out / "eval"))
-    tour = gpumarket("tournament", "--bidders", "rule_expert,truthful,random_valid",
-                     "--scenario", "market_round", "--seeds", "0:4", "--backend", "ray",
-                     "--address", ADDRESS, "--out", str(out / "tournament"))
-    return {"eval": [ev.returncode, ev.stdout[-3000:], ev.stderr[-3000:]],
-            "tournament": [tour.returncode, tour.stdout[-3000:], tour.stderr[-3000:]],
-            "seconds": time.monotonic() - began}
+    ev = gpumarket(
+        "eval",
+        "--agents",
+        "rule_expert,random_valid",
+        "--scenarios",
+        "single_trade,market_round",
+        "--seeds",
+        "0:12",
+        "--transcripts",
+        "--backend",
+        "ray",
+        "--address",
+        ADDRESS,
+        "--out",
+        str(out / "eval"),
+    )
+    tour = gpumarket(
+        "tournament",
+        "--bidders",
+        "rule_expert,truthful,random_valid",
+        "--scenario",
+        "market_round",
+        "--seeds",
+        "0:4",
+        "--backend",
+        "ray",
+        "--address",
+        ADDRESS,
+        "--out",
+        str(out / "tournament"),
+    )
+    return {
+        "eval": [ev.returncode, ev.stdout[-3000:], ev.stderr[-3000:]],
+        "tournament": [tour.returncode, tour.stdout[-3000:], tour.stderr[-3000:]],
+        "seconds": time.monotonic() - began,
+    }
 
 
 def _rows(path: Path) -> list[str]:
@@ -114,8 +162,19 @@ def _rows(path: Path) -> list[str]:
 
 def case_kill_worker(out: Path, cluster: LocalRayCluster) -> dict[str, Any]:
     """Kill the worker node while a run is half done; the run must finish or resume."""
-    cmd = [str(BIN / "gpumarket"), "run", "large_market", "--seeds", f"0:{KILL_SEEDS}",
-           "--backend", "ray", "--address", ADDRESS, "--out", str(out / "kill")]
+    cmd = [
+        str(BIN / "gpumarket"),
+        "run",
+        "large_market",
+        "--seeds",
+        f"0:{KILL_SEEDS}",
+        "--backend",
+        "ray",
+        "--address",
+        ADDRESS,
+        "--out",
+        str(out / "kill"),
+    ]
     results = out / "kill" / "large_market" / "results.jsonl"
     began = time.monotonic()
     run = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -132,8 +191,13 @@ def case_kill_worker(out: Path, cluster: LocalRayCluster) -> dict[str, Any]:
         again = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=900)
         resumed = [again.returncode, again.stdout[-3000:], again.stderr[-3000:]]
     (out / "rows_at_kill.jsonl").write_text("".join(r + "\n" for r in before))
-    return {"first": first, "resumed": resumed, "rows_at_kill": killed_at,
-            "alive_after": cluster.alive_nodes(), "seconds": time.monotonic() - began}
+    return {
+        "first": first,
+        "resumed": resumed,
+        "rows_at_kill": killed_at,
+        "alive_after": cluster.alive_nodes(),
+        "seconds": time.monotonic() - began,
+    }
 
 
 def main() -> None:

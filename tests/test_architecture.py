@@ -28,16 +28,61 @@ MAX_LINES = 600
 ENV_MAX_LINES = 450
 # heavy optional extras: imported inside the function that needs them, so that a base install
 # (and every command that does not use them) never pays for them
-OPTIONAL_EXTRAS = {"torch", "ray", "transformers", "trl", "datasets", "accelerate", "gguf",
-                   "llama_cpp", "peft"}
+OPTIONAL_EXTRAS = {
+    "torch",
+    "ray",
+    "transformers",
+    "trl",
+    "datasets",
+    "accelerate",
+    "gguf",
+    "llama_cpp",
+    "peft",
+}
 # the deprecated module paths kept for one release: thin forwarders, outside the rules
-DEPRECATED = {"market/" + n + ".py" for n in (
-    "rng", "world", "ledger", "actions", "mechanisms", "negotiation", "coalitions", "collusion",
-    "shocks", "execution", "settlement", "rewards", "judge", "observations", "parallel",
-    "wrappers", "rllib", "transcript", "replay", "viewer", "report", "rollout", "runner",
-    "async_runner", "ray_backend", "tournament", "health", "rl_train", "training_data",
-    "llm_bench", "fake_openai_server")} | {"agents/cache.py"} | {
-    f"agents/backends/{n}.py" for n in ("__init__", "base", "pool", "openai_backend", "hf_backend")}
+DEPRECATED = (
+    {
+        "market/" + n + ".py"
+        for n in (
+            "rng",
+            "world",
+            "ledger",
+            "actions",
+            "mechanisms",
+            "negotiation",
+            "coalitions",
+            "collusion",
+            "shocks",
+            "execution",
+            "settlement",
+            "rewards",
+            "judge",
+            "observations",
+            "parallel",
+            "wrappers",
+            "rllib",
+            "transcript",
+            "replay",
+            "viewer",
+            "report",
+            "rollout",
+            "runner",
+            "async_runner",
+            "ray_backend",
+            "tournament",
+            "health",
+            "rl_train",
+            "training_data",
+            "llm_bench",
+            "fake_openai_server",
+        )
+    }
+    | {"agents/cache.py"}
+    | {
+        f"agents/backends/{n}.py"
+        for n in ("__init__", "base", "pool", "openai_backend", "hf_backend")
+    }
+)
 
 
 def module_name(path: Path) -> str:
@@ -121,14 +166,20 @@ def test_no_import_cycles_outside_the_environment_room() -> None:
 
 
 def test_core_imports_only_itself_and_scenarios() -> None:
-    wrong = [(m, t) for m, t in graph().edges
-             if m.startswith("market.core") and not t.startswith(("market.core", "scenarios"))]
+    wrong = [
+        (m, t)
+        for m, t in graph().edges
+        if m.startswith("market.core") and not t.startswith(("market.core", "scenarios"))
+    ]
     assert wrong == []
 
 
 def test_scenarios_import_only_the_core() -> None:
-    wrong = [(m, t) for m, t in graph().edges
-             if m.startswith("scenarios") and not t.startswith(("market.core", "scenarios"))]
+    wrong = [
+        (m, t)
+        for m, t in graph().edges
+        if m.startswith("scenarios") and not t.startswith(("market.core", "scenarios"))
+    ]
     assert wrong == []
 
 
@@ -152,12 +203,20 @@ def test_nobody_imports_a_private_name_of_another_module() -> None:
     for module in modules():
         for node, _ in import_nodes(module):
             for target, name in targets(node):
-                if target != module and (name or "").startswith("_") and not (name or "").startswith("__"):
+                if (
+                    target != module
+                    and (name or "").startswith("_")
+                    and not (name or "").startswith("__")
+                ):
                     wrong.append((module, target, name))
             if isinstance(node, ast.ImportFrom) and node.module:
-                wrong += [(module, node.module, a.name) for a in node.names
-                          if node.module.split(".")[0] in PACKAGES and a.name.startswith("_")
-                          and a.name != "__version__"]
+                wrong += [
+                    (module, node.module, a.name)
+                    for a in node.names
+                    if node.module.split(".")[0] in PACKAGES
+                    and a.name.startswith("_")
+                    and a.name != "__version__"
+                ]
     assert sorted(set(wrong)) == []
 
 
@@ -173,8 +232,11 @@ def test_imports_sit_at_module_level_except_optional_extras() -> None:
         for node, at_top in import_nodes(module):
             if at_top:
                 continue
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
             if any(n.split(".")[0] not in OPTIONAL_EXTRAS for n in names):
                 inner.append((module, ast.unparse(node)))
     assert inner == []
@@ -185,8 +247,13 @@ def code_of(module: str) -> str:
     tree = parsed(module)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             body[0] = ast.Pass()
     return ast.unparse(tree)
 
@@ -194,9 +261,14 @@ def code_of(module: str) -> str:
 def test_one_source_of_truth_for_seat_names() -> None:
     """Seat names are built and parsed by ``market.core.seats`` only."""
     built = re.compile(r"""f(['"])(bidder|designer)_\{""")
-    sliced = re.compile(r"""(rsplit\((['"])_\2|\[len\((['"])bidder_|\[7:\]|split\((['"])_\4\)\[1\])""")
-    wrong = [m for m in modules() if m != "market.core.seats"
-             and (built.search(code_of(m)) or sliced.search(code_of(m)))]
+    sliced = re.compile(
+        r"""(rsplit\((['"])_\2|\[len\((['"])bidder_|\[7:\]|split\((['"])_\4\)\[1\])"""
+    )
+    wrong = [
+        m
+        for m in modules()
+        if m != "market.core.seats" and (built.search(code_of(m)) or sliced.search(code_of(m)))
+    ]
     assert wrong == []
 
 
@@ -205,20 +277,28 @@ def test_one_source_of_truth_for_auction_types_and_penalties() -> None:
     # written out once: the AuctionType literal in market.core.mechanisms
     assert [m for m in modules() if spelled.search(code_of(m))] == ["market.core.mechanisms"]
     for constant in ("BREACH_REPUTATION_LOSS", "FALSE_CLAIM_REPUTATION_LOSS"):
-        defined = [m for m in modules() if re.search(rf"^{constant}\b.*=", modules()[m].read_text(
-            encoding="utf-8"), flags=re.M)]
+        defined = [
+            m
+            for m in modules()
+            if re.search(rf"^{constant}\b.*=", modules()[m].read_text(encoding="utf-8"), flags=re.M)
+        ]
         assert len(defined) == 1, (constant, defined)
 
 
 def test_one_llm_response_cache() -> None:
-    users = [m for m in modules() if re.search(r"^import sqlite3|^from sqlite3", modules()[m].read_text(
-        encoding="utf-8"), flags=re.M)]
+    users = [
+        m
+        for m in modules()
+        if re.search(
+            r"^import sqlite3|^from sqlite3", modules()[m].read_text(encoding="utf-8"), flags=re.M
+        )
+    ]
     assert users == ["agents.llm.cache"]
 
 
 def test_every_module_is_in_the_room_map() -> None:
     text = DESIGN.read_text(encoding="utf-8")
-    section = text[text.index("## 10. "):]
+    section = text[text.index("## 10. ") :]
     listed = set(re.findall(r"`((?:market|agents|scenarios)/[a-z_/]+\.py)`", section))
     present = {f.relative_to(ROOT).as_posix() for f in modules().values()}
     packages = {p for p in present if p.endswith("__init__.py")}
@@ -237,12 +317,23 @@ def test_the_checks_see_real_imports() -> None:
 def test_the_core_and_the_agents_import_on_their_own() -> None:
     """``market/__init__`` loads its scripting API on first use: importing the core does not pull
     in the env stack, and importing ``agents`` or ``scenarios`` first is not a circular import."""
-    probe = ("import sys, {m}; heavy = [n for n in ('pettingzoo', 'openai', 'rich', 'networkx') "
-             "if n in sys.modules]; print(heavy)")
-    for module, heavy in [("market.core.mechanisms", "[]"), ("scenarios", "[]"),
-                          ("agents.registry", None), ("agents.llm.judge", None)]:
-        out = subprocess.run([sys.executable, "-c", probe.format(m=module)], capture_output=True,
-                             text=True, cwd=ROOT, timeout=120)
+    probe = (
+        "import sys, {m}; heavy = [n for n in ('pettingzoo', 'openai', 'rich', 'networkx') "
+        "if n in sys.modules]; print(heavy)"
+    )
+    for module, heavy in [
+        ("market.core.mechanisms", "[]"),
+        ("scenarios", "[]"),
+        ("agents.registry", None),
+        ("agents.llm.judge", None),
+    ]:
+        out = subprocess.run(
+            [sys.executable, "-c", probe.format(m=module)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
         assert out.returncode == 0, (module, out.stderr)
         if heavy is not None:
             assert out.stdout.strip() == heavy, (module, out.stdout)
@@ -255,11 +346,19 @@ def test_design_citations_name_existing_sections() -> None:
     sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", text, flags=re.M))
     sources = [f for p in (*PACKAGES, "tests") for f in (ROOT / p).rglob("*.py")]
     docs = [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
-    cited = [(f.name, n) for f in sources + docs for n in re.findall(
-        r"docs/design\.md,? sections? (\d+(?:\.\d+)?)", f.read_text(encoding="utf-8"))]
+    cited = [
+        (f.name, n)
+        for f in sources + docs
+        for n in re.findall(
+            r"docs/design\.md,? sections? (\d+(?:\.\d+)?)", f.read_text(encoding="utf-8")
+        )
+    ]
     assert len(cited) >= 8, cited
     assert [c for c in cited if c[1] not in sections] == []
     this = Path(__file__).name
-    stale = [f.name for f in sources + docs
-             if f.name != this and "DESIGN.md" in f.read_text(encoding="utf-8")]
+    stale = [
+        f.name
+        for f in sources + docs
+        if f.name != this and "DESIGN.md" in f.read_text(encoding="utf-8")
+    ]
     assert stale == []

@@ -47,8 +47,10 @@ class Example:
 
 def examples(page: str) -> list[Example]:
     text = (DOCS / page).read_text(encoding="utf-8")
-    return [Example(page, k, text.count("\n", 0, m.start()) + 2, m.group(1))
-            for k, m in enumerate(FENCE.finditer(text), 1)]
+    return [
+        Example(page, k, text.count("\n", 0, m.start()) + 2, m.group(1))
+        for k, m in enumerate(FENCE.finditer(text), 1)
+    ]
 
 
 def pages() -> list[str]:
@@ -113,15 +115,23 @@ SUBSTITUTE: dict[tuple[str, int], list[tuple[str, str]]] = {
     # 5000 training episodes take minutes: 64 show the pipeline, checkpoint and evaluation
     ("rl.md", 3): [("episodes=5000", "episodes=64"), ("seeds=range(30)", "seeds=range(4)")],
     # RLlib: one PPO iteration on small batches instead of five
-    ("rl.md", 2): [("range(5)", "range(1)"),
-                   ("train_batch_size_per_learner=2000, minibatch_size=250",
-                    "train_batch_size_per_learner=200, minibatch_size=100")],
+    ("rl.md", 2): [
+        ("range(5)", "range(1)"),
+        (
+            "train_batch_size_per_learner=2000, minibatch_size=250",
+            "train_batch_size_per_learner=200, minibatch_size=100",
+        ),
+    ],
     # GRPO: a tiny local model (no download), one step instead of a whole epoch, on the CPU
     ("training-data.md", 2): [
-        ('model="Qwen/Qwen2.5-0.5B-Instruct",   # any chat model with a chat template',
-         "model=TINY_MODEL, processing_class=TINY_TOKENIZER,"),
-        ('report_to="none",',
-         'report_to="none", max_steps=1, use_cpu=True, bf16=False, save_strategy="no",'),
+        (
+            'model="Qwen/Qwen2.5-0.5B-Instruct",   # any chat model with a chat template',
+            "model=TINY_MODEL, processing_class=TINY_TOKENIZER,",
+        ),
+        (
+            'report_to="none",',
+            'report_to="none", max_steps=1, use_cpu=True, bf16=False, save_strategy="no",',
+        ),
         ("num_generations=8,", "num_generations=2,"),
         ("per_device_train_batch_size=8,", "per_device_train_batch_size=2,"),
         ("max_completion_length=256,", "max_completion_length=8,"),
@@ -176,10 +186,12 @@ def _plug_in(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
     monkeypatch.setattr(agents.registry, "plugins", lambda: {"reserve_sniper": point})
 
 
-@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW else p
-                                  for p in pages()])
-def test_docs_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                           rejected: list[str]) -> None:
+@pytest.mark.parametrize(
+    "page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW else p for p in pages()]
+)
+def test_docs_examples_run(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rejected: list[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     values: dict[str, str] = {}
@@ -199,12 +211,18 @@ def test_docs_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.Monkey
             try:
                 exec(compile(code, f"{page}:{ex.line}", "exec"), namespace)
             except Exception as exc:
-                raise AssertionError(f"{page} example {ex.number} (line {ex.line}) raised "
-                                     f"{type(exc).__name__}: {exc}") from exc
+                raise AssertionError(
+                    f"{page} example {ex.number} (line {ex.line}) raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
             if (page, ex.number) in LEARNING:
                 del rejected[before:]
-    results = [r for v in namespace.values() for r in (v if isinstance(v, list) else [v])
-               if isinstance(r, EpisodeResult)]
+    results = [
+        r
+        for v in namespace.values()
+        for r in (v if isinstance(v, list) else [v])
+        if isinstance(r, EpisodeResult)
+    ]
     # the built-in population is tested elsewhere (random_valid and always_accept blunder by
     # design); here the agents the page itself defines or configures must play validly
     builtin = {s for r in results for s, spec in r.seats.items() if spec in REGISTRY}
@@ -223,9 +241,21 @@ class _stand_ins:
     """What a page's examples need besides the package: the fake OpenAI server for LLM pages,
     a tiny model for GRPO, the plug-in for agents.md's evaluation."""
 
-    def __init__(self, page: str, namespace: dict[str, Any], values: dict[str, str],
-                 monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-        self.page, self.ns, self.values, self.mp, self.tmp = page, namespace, values, monkeypatch, tmp_path
+    def __init__(
+        self,
+        page: str,
+        namespace: dict[str, Any],
+        values: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path,
+    ) -> None:
+        self.page, self.ns, self.values, self.mp, self.tmp = (
+            page,
+            namespace,
+            values,
+            monkeypatch,
+            tmp_path,
+        )
         self.server: Any = None
 
     def __enter__(self) -> _stand_ins:

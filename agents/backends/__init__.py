@@ -2,5 +2,8 @@
 
 import warnings
 
-warnings.warn("agents.backends is deprecated; import agents.llm.backends instead",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "agents.backends is deprecated; import agents.llm.backends instead",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -5,7 +5,11 @@ import warnings
 
 from agents.llm.backends import base as _moved
 
-warnings.warn("agents.backends.base is deprecated; import agents.llm.backends.base instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "agents.backends.base is deprecated; import agents.llm.backends.base instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -5,7 +5,11 @@ import warnings
 
 from agents.llm.backends import hf_backend as _moved
 
-warnings.warn("agents.backends.hf_backend is deprecated; import agents.llm.backends.hf_backend instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "agents.backends.hf_backend is deprecated; import agents.llm.backends.hf_backend instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

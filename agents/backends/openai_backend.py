@@ -5,7 +5,11 @@ import warnings
 
 from agents.llm.backends import openai_backend as _moved
 
-warnings.warn("agents.backends.openai_backend is deprecated; import agents.llm.backends.openai_backend instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "agents.backends.openai_backend is deprecated; import agents.llm.backends.openai_backend instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

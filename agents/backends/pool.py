@@ -5,7 +5,11 @@ import warnings
 
 from agents.llm.backends import pool as _moved
 
-warnings.warn("agents.backends.pool is deprecated; import agents.llm.backends.pool instead", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "agents.backends.pool is deprecated; import agents.llm.backends.pool instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str) -> object:

@@ -15,16 +15,12 @@ the last decision's messages, raw replies, parsed action and error for transcrip
 from __future__ import annotations
 
 import asyncio
-import difflib
-import importlib
-import inspect
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Generator, Mapping
 from typing import Any, Literal, Union
 from urllib.parse import parse_qsl
 
-from agents.base import BaseAgent, as_flag
+from agents.base import BaseAgent
 from agents.llm.backends.base import (
     RETRY_REASONS,
     Backend,
@@ -37,6 +33,15 @@ from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
 from agents.llm.cache import CachedBackend, occurrence_scope
 from agents.llm.parsing import extract_json
 from agents.llm.prompts import Messages, legal_action_schema, prompt_messages, repair_message
+from agents.llm.spec import (
+    AGENT_PARAM_TYPES,
+    backend_class,
+    check_names,
+    coerce_params,
+    describe_error,
+    model_name,
+    price_value,
+)
 from agents.scripted import truthful_bid
 from market.core.actions import (
     ActionModel,
@@ -49,9 +54,20 @@ from market.environment import Observation
 
 Fallback = Literal["safe", "truthful"]
 STAT_KEYS: tuple[str, ...] = (
-    "decisions", "requests", "retries", "parse_failures", "fallbacks", "backend_errors",
-    "cache_hits", "prompt_tokens", "completion_tokens", "latency_s", "cost_usd",
-    *(f"retries_{reason}" for reason in RETRY_REASONS), "retry_wait_s", "queue_wait_s",
+    "decisions",
+    "requests",
+    "retries",
+    "parse_failures",
+    "fallbacks",
+    "backend_errors",
+    "cache_hits",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_s",
+    "cost_usd",
+    *(f"retries_{reason}" for reason in RETRY_REASONS),
+    "retry_wait_s",
+    "queue_wait_s",
 )
 MAX_ECHO_CHARS = 4_000  # a failed reply is echoed back this long in the repair message
 
@@ -115,7 +131,12 @@ class LLMAgent(BaseAgent):
         self.retries = int(retries)
         self.fallback: Fallback = fallback
         self.params: dict[str, Any] = {
-            k: v for k, v in {"temperature": temperature, "max_tokens": max_tokens, **(params or {})}.items()
+            k: v
+            for k, v in {
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+                **(params or {}),
+            }.items()
             if v is not None
         }
         self.send_seed = send_seed
@@ -158,7 +179,9 @@ class LLMAgent(BaseAgent):
                 f"{action.action_type} is not allowed in the {obs.phase} phase; legal now: {', '.join(obs.legal_actions)}"
             )
         if action.agent is not None and action.agent != obs.seat:
-            raise ActionParseError(f"'agent' is {action.agent!r} but you are {obs.seat}; drop 'agent'")
+            raise ActionParseError(
+                f"'agent' is {action.agent!r} but you are {obs.seat}; drop 'agent'"
+            )
         return action
 
     def parse_reply(self, raw: str, obs: Observation) -> ActionModel:
@@ -178,14 +201,26 @@ class LLMAgent(BaseAgent):
     def _decide(self, obs: Observation) -> Generator[Messages, Outcome, ActionModel]:
         self.stats["decisions"] += 1
         exchange: dict[str, Any] = {
-            "seat": obs.seat, "round": obs.round, "phase": obs.phase, "model": self.model,
-            "messages": [], "raw": None, "raw_replies": [], "action": None, "error": None,
-            "errors": [], "attempts": 0, "fallback": False,
+            "seat": obs.seat,
+            "round": obs.round,
+            "phase": obs.phase,
+            "model": self.model,
+            "messages": [],
+            "raw": None,
+            "raw_replies": [],
+            "action": None,
+            "error": None,
+            "errors": [],
+            "attempts": 0,
+            "fallback": False,
         }
         self.last_exchange = exchange
         if not obs.legal_actions:
             action: ActionModel = Wait()
-            exchange.update(action=action.model_dump(exclude_none=True), error="no legal actions: not this seat's turn")
+            exchange.update(
+                action=action.model_dump(exclude_none=True),
+                error="no legal actions: not this seat's turn",
+            )
             return action
         messages: Messages = prompt_messages(obs)
         for attempt in range(self.retries + 1):
@@ -200,7 +235,11 @@ class LLMAgent(BaseAgent):
             exchange["attempts"] = attempt + 1
             outcome = yield messages
             if not isinstance(outcome, Completion):
-                exchange["error"] = f"backend error: {outcome}" if str(outcome) else f"backend error: {type(outcome).__name__}"
+                exchange["error"] = (
+                    f"backend error: {outcome}"
+                    if str(outcome)
+                    else f"backend error: {type(outcome).__name__}"
+                )
                 exchange["errors"].append(exchange["error"])
                 break
             exchange["raw"] = outcome.text
@@ -239,8 +278,9 @@ class LLMAgent(BaseAgent):
             return
         price = self.price_of(outcome.model)
         if self.budget is not None:  # charged at the seat's price, so the run total is their sum
-            self.budget.charge(outcome.model or self.model, outcome.prompt_tokens,
-                               outcome.completion_tokens, price)
+            self.budget.charge(
+                outcome.model or self.model, outcome.prompt_tokens, outcome.completion_tokens, price
+            )
         if price is not None:
             stats["cost_usd"] += cost_usd(price, outcome.prompt_tokens, outcome.completion_tokens)
 
@@ -259,7 +299,11 @@ class LLMAgent(BaseAgent):
         return None
 
     def _schema(self, obs: Observation) -> dict[str, Any] | None:
-        return legal_action_schema(obs.legal_actions, obs.role == "designer") if self.structured else None
+        return (
+            legal_action_schema(obs.legal_actions, obs.role == "designer")
+            if self.structured
+            else None
+        )
 
     # --- drivers ----------------------------------------------------------------------------
     def act(self, observation: Observation) -> ActionModel:
@@ -273,9 +317,15 @@ class LLMAgent(BaseAgent):
                 with reporting() as report:
                     try:
                         with occurrence_scope(self._occurrences):
-                            outcome = self.backend.complete(messages, schema, self._request_params())
+                            outcome = self.backend.complete(
+                                messages, schema, self._request_params()
+                            )
                     except Exception as exc:  # a backend failure never escapes a seat
-                        outcome = exc if isinstance(exc, BackendError) else BackendError(_describe(exc))
+                        outcome = (
+                            exc
+                            if isinstance(exc, BackendError)
+                            else BackendError(describe_error(exc))
+                        )
                 self._account(outcome, time.perf_counter() - start, report)
                 messages = decision.send(outcome)
         except StopIteration as stop:
@@ -294,7 +344,9 @@ class LLMAgent(BaseAgent):
         except StopIteration as stop:
             return stop.value
 
-    async def _acall(self, messages: Messages, schema: dict[str, Any] | None) -> tuple[Outcome, float]:
+    async def _acall(
+        self, messages: Messages, schema: dict[str, Any] | None
+    ) -> tuple[Outcome, float]:
         start = time.perf_counter()
         try:
             if isinstance(self.limiter, ClientPool):  # the backend takes the pool's slots itself
@@ -306,7 +358,7 @@ class LLMAgent(BaseAgent):
                     return await self._arequest(messages, schema), time.perf_counter() - start
             return await self._arequest(messages, schema), time.perf_counter() - start
         except Exception as exc:
-            outcome = exc if isinstance(exc, BackendError) else BackendError(_describe(exc))
+            outcome = exc if isinstance(exc, BackendError) else BackendError(describe_error(exc))
             return outcome, time.perf_counter() - start
 
     async def _arequest(self, messages: Messages, schema: dict[str, Any] | None) -> Completion:
@@ -318,7 +370,9 @@ class LLMAgent(BaseAgent):
                 return await asyncio.wait_for(call, self.call_timeout)
             except TimeoutError:
                 pass
-        raise BackendError(f"model {self.model}: no reply within call_timeout={self.call_timeout:g}s")
+        raise BackendError(
+            f"model {self.model}: no reply within call_timeout={self.call_timeout:g}s"
+        )
 
     # --- construction from a spec --------------------------------------------------------------
     @classmethod
@@ -333,11 +387,15 @@ class LLMAgent(BaseAgent):
         :class:`~agents.llm.backends.openai_backend.OpenAIBackend`). An unknown parameter raises
         ``TypeError`` naming every parameter the spec takes, with the nearest as a suggestion.
         """
-        spec = "llm:" + provider + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
+        spec = (
+            "llm:"
+            + provider
+            + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
+        )
         backend_cls = backend_class(provider)
-        _check_names(backend_cls, params)
+        check_names(backend_cls, params)
         agent_kw: dict[str, Any] = {}
-        for key, conv in _AGENT_PARAMS.items():
+        for key, conv in AGENT_PARAM_TYPES.items():
             if key in params:
                 agent_kw[key] = conv(params.pop(key))
         cache = params.pop("cache", None)
@@ -351,18 +409,22 @@ class LLMAgent(BaseAgent):
             # offline: the model is never contacted; the backend (if it can be built here) only
             # names the model, which is part of the cache key
             try:
-                backend = backend_cls(**_coerce(backend_cls, params))
+                backend = backend_cls(**coerce_params(backend_cls, params))
                 model = backend.model
             except Exception:
-                backend, model = None, _model_name(params)
+                backend, model = None, model_name(params)
         else:
-            backend = backend_cls(**_coerce(backend_cls, params))
+            backend = backend_cls(**coerce_params(backend_cls, params))
             model = backend.model
         if cache is not None:
             backend = CachedBackend(backend, str(cache), mode=cache_mode, model=str(model))  # type: ignore[arg-type]
         if price_prompt is not None or price_completion is not None:
-            agent_kw["prices"] = {str(model): (_price_value("price_prompt", price_prompt),
-                                               _price_value("price_completion", price_completion))}
+            agent_kw["prices"] = {
+                str(model): (
+                    price_value("price_prompt", price_prompt),
+                    price_value("price_completion", price_completion),
+                )
+            }
         return cls(backend, spec=spec, **agent_kw)
 
     @classmethod
@@ -382,139 +444,3 @@ def make_llm_agent(provider: str = "openai", params: Mapping[str, Any] | None = 
     """The registry's entry point for ``llm:PROVIDER?params`` (values may be strings or already
     coerced). Raises ``TypeError``/``ValueError`` for bad parameters (including a missing API key)."""
     return LLMAgent.from_params(provider or "openai", **dict(params or {}))
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
-
-
-def _model_name(params: Mapping[str, Any]) -> str:
-    """The model name a backend would report, from spec parameters (offline replay)."""
-    for key in ("model_name", "model"):
-        if params.get(key):
-            return str(params[key])
-    path = str(params.get("path") or "")
-    if not path:
-        raise TypeError("cache_mode=read needs model=... (part of the cache key)")
-    p = Path(str(params.get("gguf_file") or path))
-    return p.stem if p.suffix == ".gguf" else p.name
-
-
-def _bool(value: Any) -> bool:
-    return as_flag(value, "value")
-
-
-def _optional(conv: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def convert(value: Any) -> Any:
-        return None if value is None or str(value).strip().lower() in ("none", "null", "") else conv(value)
-    return convert
-
-
-_AGENT_PARAMS: dict[str, Callable[[Any], Any]] = {
-    "retries": int, "fallback": str, "temperature": _optional(float), "max_tokens": _optional(int),
-    "send_seed": _bool, "structured": _bool, "call_timeout": _optional(float),
-}
-#: every parameter an ``llm:`` spec takes whatever its provider (the backend's come on top)
-AGENT_PARAMS: tuple[str, ...] = (*_AGENT_PARAMS, "price_prompt", "price_completion", "cache",
-                                 "cache_mode")
-#: parameters of earlier versions, refused with what to write instead
-_RENAMED = {
-    "cost_prompt": "price_prompt", "cost_completion": "price_completion",
-}
-
-
-def _price_value(name: str, value: Any) -> float:
-    try:
-        price = float(value or 0.0)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}={value!r}: give USD per million tokens as a number, "
-                        "e.g. price_prompt=0.15&price_completion=0.60") from None
-    if not price >= 0:
-        raise TypeError(f"{name}={value!r}: a price cannot be negative")
-    return price
-
-
-def backend_params(backend_cls: type) -> list[str] | None:
-    """The parameter names of a backend class's constructor (None: it takes any keyword)."""
-    sig = inspect.signature(backend_cls)
-    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-        return None
-    return [n for n, p in sig.parameters.items()
-            if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-
-
-def unknown_parameter_message(name: str, where: str, groups: Mapping[str, Sequence[str]]) -> str:
-    """``unknown parameter 'retrys'[ for WHERE]; did you mean 'retries'? GROUP parameters: ...``
-    with the nearest valid name (difflib) and every valid one, by group."""
-    valid = [n for names in groups.values() for n in names]
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}? " if close else "; "
-    listed = "; ".join(f"{group} parameters: {', '.join(names) or '(none)'}"
-                       for group, names in groups.items())
-    return f"unknown parameter {name!r}{f' for {where}' if where else ''}{hint}{listed}"
-
-
-def _check_names(backend_cls: type, params: Mapping[str, Any]) -> None:
-    """Refuse a parameter neither the agent nor the backend takes, listing both sets."""
-    backend = backend_params(backend_cls)
-    for key in params:
-        if key in _RENAMED:
-            raise TypeError(
-                f"{key} was USD per 1k tokens and is now {_RENAMED[key]}, in USD per million "
-                f"tokens as providers publish prices and as --price takes them: write "
-                f"{_RENAMED[key]}=<your {key} x 1000>")
-        if key in AGENT_PARAMS or backend is None or key in backend:
-            continue
-        raise TypeError(unknown_parameter_message(
-            key, "", {"agent": AGENT_PARAMS, backend_cls.__name__: backend}))
-PROVIDERS: dict[str, str] = {
-    "openai": "agents.llm.backends.openai_backend:OpenAIBackend",
-    "hf": "agents.llm.backends.hf_backend:HFBackend",
-}
-
-
-def backend_class(provider: str) -> type:
-    """The backend class of a provider name (``openai``, ``hf``) or ``module:Class``."""
-    target = PROVIDERS.get(provider, provider)
-    module_name, _, class_name = target.partition(":")
-    if not class_name:
-        raise TypeError(f"unknown LLM provider {provider!r}; known: {', '.join(PROVIDERS)} (or module:Class)")
-    module = importlib.import_module(module_name)
-    cls = getattr(module, class_name, None)
-    if cls is None:  # tolerate the other usual spellings of a transformers backend
-        cls = next((getattr(module, n) for n in ("HFBackend", "HfBackend", "TransformersBackend")
-                    if hasattr(module, n)), None)
-    if cls is None:
-        raise TypeError(f"{module_name} has no backend class {class_name}")
-    return cls
-
-
-def _coerce(cls: type, params: Mapping[str, Any]) -> dict[str, Any]:
-    """Convert spec strings by the types of ``cls.__init__``'s defaults; unknown names raise TypeError."""
-    sig = inspect.signature(cls)
-    accepts_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        param = sig.parameters.get(key)
-        if param is None:
-            if accepts_any:
-                out[key] = value
-                continue
-            raise TypeError(f"unknown parameter {key!r}; {cls.__name__} takes: "
-                            f"{', '.join(n for n in sig.parameters if n != 'self')}")
-        default = param.default
-        if param.annotation in ("str", str) and not isinstance(value, str):
-            out[key] = str(value)  # e.g. model=7 coerced to an int by a spec parser
-        elif not isinstance(value, str):
-            out[key] = value
-        elif value.strip().lower() in ("none", "null") and (default is None or default is param.empty):
-            out[key] = None
-        elif isinstance(default, bool):
-            out[key] = _bool(value)
-        elif isinstance(default, int):
-            out[key] = int(value)
-        elif isinstance(default, float):
-            out[key] = float(value)
-        else:
-            out[key] = value
-    return out

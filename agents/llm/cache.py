@@ -53,7 +53,9 @@ CREATE TABLE IF NOT EXISTS responses (
     PRIMARY KEY (key, occurrence)
 )
 """
-_OCCURRENCES: ContextVar[dict[str, int] | None] = ContextVar("gpumarket_cache_occurrences", default=None)
+_OCCURRENCES: ContextVar[dict[str, int] | None] = ContextVar(
+    "gpumarket_cache_occurrences", default=None
+)
 
 
 @contextmanager
@@ -75,11 +77,19 @@ def _next_occurrence(key: str) -> int:
     return n
 
 
-def cache_key(model: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]) -> str:
+def cache_key(
+    model: str,
+    messages: list[dict[str, str]],
+    schema: dict[str, Any] | None,
+    params: dict[str, Any],
+) -> str:
     """sha256 of the canonical JSON of (model, messages, schema, params)."""
     blob = json.dumps(
         {"model": model, "messages": messages, "schema": schema, "params": params},
-        sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=str,
     )
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -108,28 +118,57 @@ class ResponseCache:
         """The entry for (key, occurrence); with ``any_success``, else the first successful one."""
         columns = "model, text, error, prompt_tokens, completion_tokens, latency_s, occurrence"
         with self._lock:
-            row = self._db.execute(f"SELECT {columns} FROM responses WHERE key = ? AND occurrence = ?",
-                                   (key, occurrence)).fetchone()
+            row = self._db.execute(
+                f"SELECT {columns} FROM responses WHERE key = ? AND occurrence = ?",
+                (key, occurrence),
+            ).fetchone()
             if row is None and any_success:
-                row = self._db.execute(f"SELECT {columns} FROM responses WHERE key = ? AND error IS NULL "
-                                       "ORDER BY occurrence LIMIT 1", (key,)).fetchone()
+                row = self._db.execute(
+                    f"SELECT {columns} FROM responses WHERE key = ? AND error IS NULL "
+                    "ORDER BY occurrence LIMIT 1",
+                    (key,),
+                ).fetchone()
         if row is None:
             return None
         model, text, error, prompt_tokens, completion_tokens, latency, n = row
         if error is not None:
             return Entry(None, error)
-        return Entry(Completion(text=text, model=model, prompt_tokens=prompt_tokens,
-                                completion_tokens=completion_tokens, latency_s=0.0, cached=True,
-                                extra={"cache_key": key, "occurrence": n, "recorded_latency_s": latency}), None)
+        return Entry(
+            Completion(
+                text=text,
+                model=model,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                latency_s=0.0,
+                cached=True,
+                extra={"cache_key": key, "occurrence": n, "recorded_latency_s": latency},
+            ),
+            None,
+        )
 
-    def put(self, key: str, occurrence: int, completion: Completion | None, error: str | None = None,
-            model: str = "") -> None:
+    def put(
+        self,
+        key: str,
+        occurrence: int,
+        completion: Completion | None,
+        error: str | None = None,
+        model: str = "",
+    ) -> None:
         c = completion
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, occurrence, c.model if c else model, c.text if c else None, error,
-                 c.prompt_tokens if c else 0, c.completion_tokens if c else 0, c.latency_s if c else 0.0, time.time()),
+                (
+                    key,
+                    occurrence,
+                    c.model if c else model,
+                    c.text if c else None,
+                    error,
+                    c.prompt_tokens if c else 0,
+                    c.completion_tokens if c else 0,
+                    c.latency_s if c else 0.0,
+                    time.time(),
+                ),
             )
 
     def __len__(self) -> int:
@@ -154,14 +193,21 @@ class CachedBackend:
     without a backend.
     """
 
-    def __init__(self, backend: Backend | None, path: str | Path, mode: CacheMode = "readwrite",
-                 model: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend | None,
+        path: str | Path,
+        mode: CacheMode = "readwrite",
+        model: str | None = None,
+    ) -> None:
         if mode not in CACHE_MODES:
             raise ValueError(f"cache mode must be one of {', '.join(CACHE_MODES)}, got {mode!r}")
         if backend is None and mode != "read":
             raise ValueError("a backend is required unless mode='read'")
         if backend is None and model is None:
-            raise ValueError("mode='read' without a backend needs model=... (part of the cache key)")
+            raise ValueError(
+                "mode='read' without a backend needs model=... (part of the cache key)"
+            )
         self.backend = backend
         self.mode: CacheMode = mode
         self.model = model if model is not None else backend.model  # type: ignore[union-attr]
@@ -169,8 +215,9 @@ class CachedBackend:
         self.hits = 0
         self.misses = 0
 
-    def _lookup(self, messages: list[dict[str, str]], schema: dict[str, Any] | None,
-                params: dict[str, Any]) -> tuple[str, int, Completion | None]:
+    def _lookup(
+        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> tuple[str, int, Completion | None]:
         key = cache_key(self.model, messages, schema, params)
         n = _next_occurrence(key)
         if self.mode == "off":
@@ -183,18 +230,23 @@ class CachedBackend:
         if self.mode == "read":
             if entry is not None:
                 raise BackendError(f"recorded error (replayed from cache): {entry.error}")
-            raise BackendError(f"not in cache {self.cache.path.name} (model {self.model}, key {key[:12]}, "
-                               f"occurrence {n}); run once with cache_mode=readwrite to record it")
+            raise BackendError(
+                f"not in cache {self.cache.path.name} (model {self.model}, key {key[:12]}, "
+                f"occurrence {n}); run once with cache_mode=readwrite to record it"
+            )
         return key, n, None
 
-    def _record(self, key: str, n: int, completion: Completion | None, exc: BaseException | None) -> None:
+    def _record(
+        self, key: str, n: int, completion: Completion | None, exc: BaseException | None
+    ) -> None:
         if self.mode != "readwrite":
             return
         error = None if exc is None else (str(exc) or type(exc).__name__)
         self.cache.put(key, n, completion, error, self.model)
 
-    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None,
-                 params: dict[str, Any]) -> Completion:
+    def complete(
+        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> Completion:
         key, n, hit = self._lookup(messages, schema, params)
         if hit is not None:
             return hit
@@ -207,8 +259,9 @@ class CachedBackend:
         self._record(key, n, completion, None)
         return completion
 
-    async def acomplete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None,
-                        params: dict[str, Any]) -> Completion:
+    async def acomplete(
+        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> Completion:
         key, n, hit = self._lookup(messages, schema, params)
         if hit is not None:
             return hit

@@ -90,7 +90,7 @@ def _balanced_objects(text: str, limit: int = 16) -> list[str]:
         if end < 0:
             start = text.find("{", start + 1)
             continue
-        spans.append(text[start:end + 1])
+        spans.append(text[start : end + 1])
         start = text.find("{", end + 1)
     return spans
 
@@ -110,7 +110,9 @@ def extract_json(text: str) -> Any:
     single quotes, comments and Python literals. Raises :class:`ActionParseError` if none."""
     text = (text or "")[:MAX_REPLY_CHARS].strip()
     if not text:
-        raise ActionParseError('the reply was empty; send one JSON object such as {"action_type": "wait"}')
+        raise ActionParseError(
+            'the reply was empty; send one JSON object such as {"action_type": "wait"}'
+        )
     candidates = [text, *(m.group(1).strip() for m in _FENCE.finditer(text))]
     first: dict[str, Any] | None = None
     seen: set[str] = set()

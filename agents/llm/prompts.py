@@ -18,6 +18,7 @@ Messages = list[dict[str, str]]
 # ---------------------------------------------------------------------------------------------
 # schema of the legal actions
 
+
 def _compact(node: Any, in_properties: bool = False) -> Any:
     """Drop titles, null/object defaults and discriminator metadata; oneOf -> anyOf.
 
@@ -31,9 +32,13 @@ def _compact(node: Any, in_properties: bool = False) -> Any:
         return {k: _compact(v) for k, v in node.items()}
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in ("title", "discriminator") or (key == "default" and (value is None or isinstance(value, dict))):
+        if key in ("title", "discriminator") or (
+            key == "default" and (value is None or isinstance(value, dict))
+        ):
             continue
-        out["anyOf" if key == "oneOf" else key] = _compact(value, in_properties=key in ("properties", "$defs"))
+        out["anyOf" if key == "oneOf" else key] = _compact(
+            value, in_properties=key in ("properties", "$defs")
+        )
     return out
 
 
@@ -70,7 +75,10 @@ def _simplify_variant(sub: dict[str, Any]) -> None:
     if isinstance(sub.get("description"), str):
         sub["description"] = sub["description"].replace("``", "`")
     if "action_type" in props:
-        sub["required"] = ["action_type", *[r for r in sub.get("required", []) if r != "action_type"]]
+        sub["required"] = [
+            "action_type",
+            *[r for r in sub.get("required", []) if r != "action_type"],
+        ]
 
 
 @lru_cache(maxsize=64)
@@ -78,7 +86,9 @@ def _legal_schema(kinds: tuple[str, ...], designer: bool) -> tuple[dict[str, Any
     classes = tuple(ACTION_CLASSES[k] for k in kinds if k in ACTION_CLASSES)
     if not classes:
         raise ValueError(f"no known action types among {kinds}")
-    union: Any = classes[0] if len(classes) == 1 else Annotated[Union[classes], Field(discriminator="action_type")]  # noqa: UP007
+    # a runtime union of the legal classes: Union[...] here, not X | Y (classes is a tuple)
+    tagged = Annotated[Union[classes], Field(discriminator="action_type")]  # noqa: UP007
+    union: Any = classes[0] if len(classes) == 1 else tagged
     if designer:
         union = Union[union, MechanismUpdate]  # noqa: UP007  (the flat DAEDALUS mechanism form)
     schema = _compact(TypeAdapter(union).json_schema())
@@ -86,12 +96,17 @@ def _legal_schema(kinds: tuple[str, ...], designer: bool) -> tuple[dict[str, Any
         _simplify_variant(sub)
     _simplify_variant(schema)
     if "anyOf" in schema:  # flatten the designer's anyOf[anyOf[actions], flat form]
-        schema["anyOf"] = [o for item in schema["anyOf"]
-                           for o in (item["anyOf"] if set(item) == {"anyOf"} else [item])]
+        schema["anyOf"] = [
+            o
+            for item in schema["anyOf"]
+            for o in (item["anyOf"] if set(item) == {"anyOf"} else [item])
+        ]
     return schema, json.dumps(schema, separators=(",", ":"))
 
 
-def legal_action_schema(legal: list[str] | tuple[str, ...], designer: bool = False) -> dict[str, Any]:
+def legal_action_schema(
+    legal: list[str] | tuple[str, ...], designer: bool = False
+) -> dict[str, Any]:
     """The JSON schema of a discriminated union of only the ``legal`` action types.
 
     For the designer it also admits the flat DAEDALUS mechanism object (``{"auction_type": ...}``).
@@ -122,7 +137,7 @@ _PHASE_HINTS = {
         'too); {"action_type": "wait"} keeps the mechanism in force.'
     ),
     "bidding": (
-        'A bid lists one marginal bid per block wanted, highest first (non-increasing), within your '
+        "A bid lists one marginal bid per block wanted, highest first (non-increasing), within your "
         'budget, e.g. {"action_type": "bid", "bids": [30, 25]}; {"action_type": "bid", "bids": []} '
         "abstains."
     ),
@@ -134,13 +149,15 @@ _PHASE_HINTS = {
 
 
 def system_message(obs: Observation) -> str:
-    return "\n".join([
-        f"You play seat {obs.seat} ({obs.role}) in a multi-round GPU capacity market. {_GOALS[obs.role]}",
-        'Rules: reply with ONE JSON object, a single action with an "action_type" field, and nothing '
-        'else: no prose, no code fences. You may add a short "reasoning" string to the object.',
-        f"Legal action types now ({obs.phase} phase): {', '.join(obs.legal_actions)}.",
-        _PHASE_HINTS.get(obs.phase, ""),
-    ]).strip()
+    return "\n".join(
+        [
+            f"You play seat {obs.seat} ({obs.role}) in a multi-round GPU capacity market. {_GOALS[obs.role]}",
+            'Rules: reply with ONE JSON object, a single action with an "action_type" field, and nothing '
+            'else: no prose, no code fences. You may add a short "reasoning" string to the object.',
+            f"Legal action types now ({obs.phase} phase): {', '.join(obs.legal_actions)}.",
+            _PHASE_HINTS.get(obs.phase, ""),
+        ]
+    ).strip()
 
 
 def user_message(obs: Observation) -> str:

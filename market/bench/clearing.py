@@ -45,17 +45,26 @@ def nlogn_exponent(sizes: Sequence[float]) -> float:
     return growth_exponent(sizes, [n * math.log(n) for n in sizes])
 
 
-def bench_env_clearing(n_labs: int = 1000, blocks: int = 10_000, repeats: int = 9) -> dict[str, float]:
+def bench_env_clearing(
+    n_labs: int = 1000, blocks: int = 10_000, repeats: int = 9
+) -> dict[str, float]:
     """Wall time of the env step that clears a round (auction, settlement, execution, rewards)
     in a market of ``n_labs`` truthful bidders and ``blocks`` blocks. Median over ``repeats``.
     As ``timeit`` does, the cyclic garbage collector is paused during the timed step (after a
     collection), so a collection of the set-up's garbage is not billed to the step."""
     samples = []
     for rep in range(repeats):
-        env = raw_env("market_round", rounds=2, negotiation_turns=0, designer_seat=False,
-                      labs={"count": n_labs, "jobs": [2, 4], "endowment": [0, 0]},
-                      jobs={"size": [4, 12]}, capacity={"blocks": [blocks, blocks]},
-                      shocks=[], shock_rates={})
+        env = raw_env(
+            "market_round",
+            rounds=2,
+            negotiation_turns=0,
+            designer_seat=False,
+            labs={"count": n_labs, "jobs": [2, 4], "endowment": [0, 0]},
+            jobs={"size": [4, 12]},
+            capacity={"blocks": [blocks, blocks]},
+            shocks=[],
+            shock_rates={},
+        )
         env.reset(seed=rep)
         while env.agent_selection != bidder_seat(n_labs - 1):  # bid for everyone but the last lab
             env.step(truthful_bid(env.observe(env.agent_selection)))
@@ -83,8 +92,9 @@ def random_market(n: int, units_per_bidder: int, seed: int = 0) -> tuple[Any, An
     return bids, rng.permutation(n)
 
 
-def time_clearing(sizes: Sequence[int], blocks_per_bidder: int, units_per_bidder: int,
-                  repeats: int) -> dict[int, dict[str, dict[str, float]]]:
+def time_clearing(
+    sizes: Sequence[int], blocks_per_bidder: int, units_per_bidder: int, repeats: int
+) -> dict[int, dict[str, dict[str, float]]]:
     """Milliseconds of one ``clear()`` call per (size, auction type): median and min of
     ``repeats``. The repeats are interleaved (every size and type once per pass) so that load
     from other processes, which comes and goes, hits all sizes alike instead of bending the
@@ -99,43 +109,86 @@ def time_clearing(sizes: Sequence[int], blocks_per_bidder: int, units_per_bidder
                 start = time.perf_counter()
                 clear(bids, blocks_per_bidder * n, auction, 10.0, priority, lottery)
                 samples[n, auction].append((time.perf_counter() - start) * 1e3)
-    return {n: {a: {"median": statistics.median(samples[n, a]), "min": min(samples[n, a])}
-                for a in AUCTION_TYPES} for n in sizes}
+    return {
+        n: {
+            a: {"median": statistics.median(samples[n, a]), "min": min(samples[n, a])}
+            for a in AUCTION_TYPES
+        }
+        for n in sizes
+    }
 
 
 def section_clearing(config: BenchConfig) -> SectionResult:
     """``clear()`` against market size (see :func:`time_clearing`), the growth exponent of the
     median times over the larger sizes per auction type, and the env's whole clearing step."""
     sizes = list(config.clearing_sizes)
-    raw = run_in_subprocess(__name__, "time_clearing", sizes, config.blocks_per_bidder,
-                            config.units_per_bidder, config.clearing_repeats,
-                            env=STEADY_ALLOCATOR)
+    raw = run_in_subprocess(
+        __name__,
+        "time_clearing",
+        sizes,
+        config.blocks_per_bidder,
+        config.units_per_bidder,
+        config.clearing_repeats,
+        env=STEADY_ALLOCATOR,
+    )
     timed = {int(n): row for n, row in raw.items()}  # JSON made the sizes strings
     fit = [n for n in sizes if n >= config.clearing_fit_min]
-    context = {"fit_sizes": fit, "allocator": "steady", "blocks_per_bidder": config.blocks_per_bidder,
-               "units_per_bidder": config.units_per_bidder}
-    result = SectionResult(details={
-        "sizes": sizes, "fit_sizes": fit, "repeats": config.clearing_repeats,
-        "ms": {n: {a: t["median"] for a, t in row.items()} for n, row in timed.items()},
-        "min_ms": {n: {a: t["min"] for a, t in row.items()} for n, row in timed.items()},
-        "nlogn_exponent": nlogn_exponent(fit), "exponents": {}, "exponents_of_min": {},
-        "allocator": STEADY_ALLOCATOR})
+    context = {
+        "fit_sizes": fit,
+        "allocator": "steady",
+        "blocks_per_bidder": config.blocks_per_bidder,
+        "units_per_bidder": config.units_per_bidder,
+    }
+    result = SectionResult(
+        details={
+            "sizes": sizes,
+            "fit_sizes": fit,
+            "repeats": config.clearing_repeats,
+            "ms": {n: {a: t["median"] for a, t in row.items()} for n, row in timed.items()},
+            "min_ms": {n: {a: t["min"] for a, t in row.items()} for n, row in timed.items()},
+            "nlogn_exponent": nlogn_exponent(fit),
+            "exponents": {},
+            "exponents_of_min": {},
+            "allocator": STEADY_ALLOCATOR,
+        }
+    )
     for auction in AUCTION_TYPES:
         for n in sizes:
-            result.metrics.append(metric(f"clearing.{auction}.n{n}.ms", timed[n][auction]["median"],
-                                         "ms", "lower", "clearing",
-                                         {"blocks": config.blocks_per_bidder * n,
-                                          "allocator": "steady"}, noise=CLEARING_NOISE_MS))
+            result.metrics.append(
+                metric(
+                    f"clearing.{auction}.n{n}.ms",
+                    timed[n][auction]["median"],
+                    "ms",
+                    "lower",
+                    "clearing",
+                    {"blocks": config.blocks_per_bidder * n, "allocator": "steady"},
+                    noise=CLEARING_NOISE_MS,
+                )
+            )
         slope = growth_exponent(fit, [timed[n][auction]["median"] for n in fit])
         result.details["exponents"][auction] = slope
         # the same fit on the fastest repeat: closer to the idle machine when others load it
         result.details["exponents_of_min"][auction] = growth_exponent(
-            fit, [timed[n][auction]["min"] for n in fit])
-        result.metrics.append(metric(f"clearing.{auction}.exponent", slope, "", "lower",
-                                     "clearing", context))
+            fit, [timed[n][auction]["min"] for n in fit]
+        )
+        result.metrics.append(
+            metric(f"clearing.{auction}.exponent", slope, "", "lower", "clearing", context)
+        )
     labs = config.env_clearing_labs
     env_step = bench_env_clearing(labs, config.blocks_per_bidder * labs)
-    result.details["env_step"] = {"labs": labs, "blocks": config.blocks_per_bidder * labs, **env_step}
-    result.metrics.append(metric(f"clearing.env_step.n{labs}.ms", env_step["median_ms"], "ms",
-                                 "lower", "clearing", {"blocks": config.blocks_per_bidder * labs}))
+    result.details["env_step"] = {
+        "labs": labs,
+        "blocks": config.blocks_per_bidder * labs,
+        **env_step,
+    }
+    result.metrics.append(
+        metric(
+            f"clearing.env_step.n{labs}.ms",
+            env_step["median_ms"],
+            "ms",
+            "lower",
+            "clearing",
+            {"blocks": config.blocks_per_bidder * labs},
+        )
+    )
     return result

@@ -63,8 +63,9 @@ class Comparison:
         return [r for r in self.rows if r["status"] == "regression"]
 
 
-def classify(old: float, new: float, direction: str, threshold: float,
-             noise: float = 0.0) -> tuple[float | None, str]:
+def classify(
+    old: float, new: float, direction: str, threshold: float, noise: float = 0.0
+) -> tuple[float | None, str]:
     """Relative change (new - old) / |old| and a status: ``regression`` when it moved more than
     ``threshold`` in the bad direction, ``improved`` when as much in the good one, else ``ok``;
     always ``ok`` when the absolute change is within ``noise``."""
@@ -81,8 +82,9 @@ def classify(old: float, new: float, direction: str, threshold: float,
     return change, "ok"
 
 
-def compare_reports(old: dict[str, Any], new: dict[str, Any],
-                    threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+def compare_reports(
+    old: dict[str, Any], new: dict[str, Any], threshold: float = DEFAULT_THRESHOLD
+) -> Comparison:
     """Metric by metric, in the new report's order. The direction is the new file's. Values whose
     ``context`` differs (another LLM server, other fit sizes) are ``not comparable``."""
     olds = {m["name"]: m for m in old["metrics"]}
@@ -93,19 +95,31 @@ def compare_reports(old: dict[str, Any], new: dict[str, Any],
             continue
         o = olds[name]
         if o.get("direction") != m["direction"]:
-            raise BenchFileError(f"metric {name!r}: direction {o.get('direction')!r} in the old "
-                                 f"file but {m['direction']!r} in the new one")
+            raise BenchFileError(
+                f"metric {name!r}: direction {o.get('direction')!r} in the old "
+                f"file but {m['direction']!r} in the new one"
+            )
         if o.get("context") != m.get("context"):
             change, status = None, "not comparable"
         else:
             noise = max(float(o.get("noise", 0.0)), float(m.get("noise", 0.0)))
             change, status = classify(o["value"], m["value"], m["direction"], threshold, noise)
-        rows.append({"name": name, "unit": m.get("unit", ""), "direction": m["direction"],
-                     "old": o["value"], "new": m["value"], "change": change, "status": status})
+        rows.append(
+            {
+                "name": name,
+                "unit": m.get("unit", ""),
+                "direction": m["direction"],
+                "old": o["value"],
+                "new": m["value"],
+                "change": change,
+                "status": status,
+            }
+        )
     if not rows:
         raise BenchFileError("the two files share no metric")
-    return Comparison(rows, [n for n in olds if n not in news], [n for n in news if n not in olds],
-                      threshold)
+    return Comparison(
+        rows, [n for n in olds if n not in news], [n for n in news if n not in olds], threshold
+    )
 
 
 def _fmt(value: float) -> str:
@@ -126,7 +140,7 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
         "clearing": "median ms of clear() per call; exponent = slope of log(time) on log(n)",
         "memory": "per live reset env, fresh interpreter (RSS growth; tracemalloc bytes held)",
         "transcript": "steps/s without / with a transcript file per episode; digest_N = digests "
-                      "every N steps",
+        "every N steps",
         "llm": _llm_note(report["details"].get("llm")),
     }
     for section in report["options"]["sections"]:
@@ -142,12 +156,16 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
         console.print(table)
     clearing = report["details"].get("clearing")
     if clearing:
-        console.print(f"n log n reference exponent over n in {clearing['fit_sizes']}: "
-                      f"{clearing['nlogn_exponent']:.3f}")
+        console.print(
+            f"n log n reference exponent over n in {clearing['fit_sizes']}: "
+            f"{clearing['nlogn_exponent']:.3f}"
+        )
     for row in (report["details"].get("llm") or {}).get("rows", []):
         if row["fallbacks"] or row["backend_errors"]:
-            console.print(f"[yellow]llm at concurrency {row['concurrency']}: {row['fallbacks']} "
-                          f"fallback(s), {row['backend_errors']} backend error(s)[/yellow]")
+            console.print(
+                f"[yellow]llm at concurrency {row['concurrency']}: {row['fallbacks']} "
+                f"fallback(s), {row['backend_errors']} backend error(s)[/yellow]"
+            )
     for section, reason in report["skipped"].items():
         console.print(f"[yellow]skipped {section}[/yellow]: {reason}")
     for t in report["targets"]:
@@ -155,9 +173,11 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
         console.print(f"target {t['target']}: {_fmt(t['value'])} {mark}")
     load = report["machine"].get("load_average")
     if load and load[0] > 0.5 * report["machine"]["cores"]:
-        console.print(f"[yellow]the machine was busy (load average {load[0]:g} on "
-                      f"{report['machine']['cores']} cores at the start): the figures understate "
-                      "an idle machine[/yellow]")
+        console.print(
+            f"[yellow]the machine was busy (load average {load[0]:g} on "
+            f"{report['machine']['cores']} cores at the start): the figures understate "
+            "an idle machine[/yellow]"
+        )
     if report["options"].get("quick"):
         console.print("[yellow]--quick: tiny budgets, the figures are smoke checks only[/yellow]")
 
@@ -173,15 +193,19 @@ def _llm_note(details: dict[str, Any] | None) -> str:
     if not details:
         return "LLM decisions/s"
     if details["server"] == "fake":
-        return (f"fake OpenAI-compatible server, fixed {details['latency_ms']:g} ms latency: "
-                "measures the client stack, not a model")
+        return (
+            f"fake OpenAI-compatible server, fixed {details['latency_ms']:g} ms latency: "
+            "measures the client stack, not a model"
+        )
     return f"server {details['server']}, model {details['model']}"
 
 
 def print_comparison(cmp: Comparison, old_label: str, new_label: str, console: Any = None) -> None:
     console = console or _console()
-    table = Table(title=f"{old_label} -> {new_label} (flag: > {cmp.threshold:.0%} worse)",
-                  title_justify="left")
+    table = Table(
+        title=f"{old_label} -> {new_label} (flag: > {cmp.threshold:.0%} worse)",
+        title_justify="left",
+    )
     table.add_column("metric", no_wrap=True, min_width=max(len(r["name"]) for r in cmp.rows))
     for col in ("unit", "better", "old", "new", "change", "status"):
         table.add_column(col, justify="left" if col == "status" else "right")
@@ -191,8 +215,9 @@ def print_comparison(cmp: Comparison, old_label: str, new_label: str, console: A
         status = r["status"]
         if status in colours:
             status = f"[{colours[status]}]{status}[/{colours[status]}]"
-        table.add_row(r["name"], r["unit"], r["direction"], _fmt(r["old"]), _fmt(r["new"]),
-                      change, status)
+        table.add_row(
+            r["name"], r["unit"], r["direction"], _fmt(r["old"]), _fmt(r["new"]), change, status
+        )
     console.print(table)
     if cmp.only_old:
         console.print(f"only in {old_label} ({len(cmp.only_old)}): {', '.join(cmp.only_old)}")
@@ -200,7 +225,9 @@ def print_comparison(cmp: Comparison, old_label: str, new_label: str, console: A
         console.print(f"only in {new_label} ({len(cmp.only_new)}): {', '.join(cmp.only_new)}")
     bad = cmp.regressions
     if bad:
-        console.print(f"[red]{len(bad)} regression(s) > {cmp.threshold:.0%}[/red]: "
-                      + ", ".join(r["name"] for r in bad))
+        console.print(
+            f"[red]{len(bad)} regression(s) > {cmp.threshold:.0%}[/red]: "
+            + ", ".join(r["name"] for r in bad)
+        )
     else:
         console.print(f"no regression > {cmp.threshold:.0%}")

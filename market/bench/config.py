@@ -65,11 +65,19 @@ class BenchConfig:
 
 def quick_config(config: BenchConfig | None = None) -> BenchConfig:
     """Tiny budgets for tests and CI smoke runs: the figures are only sanity checks."""
-    return replace(config or BenchConfig(), seconds=0.05, episode_batches=(("market_round", 6),),
-                   clearing_sizes=(10, 30, 100, 300, 1000), clearing_fit_min=100,
-                   clearing_repeats=3, env_clearing_labs=100,
-                   memory_envs=(("market_round", 10), ("large_market", 2)),
-                   llm_decisions_per_slot=2, llm_latency_ms=5.0, quick=True)
+    return replace(
+        config or BenchConfig(),
+        seconds=0.05,
+        episode_batches=(("market_round", 6),),
+        clearing_sizes=(10, 30, 100, 300, 1000),
+        clearing_fit_min=100,
+        clearing_repeats=3,
+        env_clearing_labs=100,
+        memory_envs=(("market_round", 10), ("large_market", 2)),
+        llm_decisions_per_slot=2,
+        llm_latency_ms=5.0,
+        quick=True,
+    )
 
 
 def parse_sections(text: str) -> tuple[str, ...]:
@@ -79,19 +87,32 @@ def parse_sections(text: str) -> tuple[str, ...]:
     if unknown or not wanted:
         raise argparse.ArgumentTypeError(
             f"--only {text!r}: unknown section(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {','.join(SECTIONS)}")
+            f"choose from {','.join(SECTIONS)}"
+        )
     return tuple(s for s in SECTIONS if s in wanted)
 
 
-def metric(name: str, value: float, unit: str, direction: str, section: str,
-           context: dict[str, Any] | None = None, noise: float = 0.0) -> Metric:
+def metric(
+    name: str,
+    value: float,
+    unit: str,
+    direction: str,
+    section: str,
+    context: dict[str, Any] | None = None,
+    noise: float = 0.0,
+) -> Metric:
     """One named figure. ``context`` holds what makes two values comparable (e.g. the LLM
     server); values whose contexts differ are reported as not comparable, never as regressions.
     ``noise``: an absolute change no larger than this is never flagged (timings of a few
     microseconds move by more than 20% from one run to the next)."""
     assert direction in ("higher", "lower"), direction
-    out: Metric = {"name": name, "value": float(value), "unit": unit, "direction": direction,
-                   "section": section}
+    out: Metric = {
+        "name": name,
+        "value": float(value),
+        "unit": unit,
+        "direction": direction,
+        "section": section,
+    }
     if context:
         out["context"] = context
     if noise:
@@ -110,18 +131,24 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-
-def run_in_subprocess(module: str, function: str, *args: Any,
-                      env: dict[str, str] | None = None) -> Any:
+def run_in_subprocess(
+    module: str, function: str, *args: Any, env: dict[str, str] | None = None
+) -> Any:
     """``module.function(*args)`` in a fresh interpreter (JSON in, JSON out), so that what
     earlier sections left in this process's allocator cannot colour the figure."""
-    code = ("import importlib, json, sys; function = getattr(importlib.import_module(sys.argv[1]), "
-            "sys.argv[2]); print(json.dumps(function(*json.loads(sys.argv[3]))))")
+    code = (
+        "import importlib, json, sys; function = getattr(importlib.import_module(sys.argv[1]), "
+        "sys.argv[2]); print(json.dumps(function(*json.loads(sys.argv[3]))))"
+    )
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-c", code, module, function, json.dumps(args)],
-                          capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": path, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-c", code, module, function, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": path, **(env or {})},
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{function} failed: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

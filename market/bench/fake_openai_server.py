@@ -76,7 +76,10 @@ def _messages_text(body: dict[str, Any]) -> str:
 
 
 def _first_user(body: dict[str, Any]) -> str:
-    return next((str(m.get("content") or "") for m in body.get("messages", []) if m.get("role") == "user"), "")
+    return next(
+        (str(m.get("content") or "") for m in body.get("messages", []) if m.get("role") == "user"),
+        "",
+    )
 
 
 def _json_after(label: str, text: str) -> Any:
@@ -96,9 +99,16 @@ def default_policy(body: dict[str, Any]) -> str:
     rnd = int((re.search(r"Round (\d+)", prompt) or [None, "0"])[1])
     if "(designer)" in prompt:
         if rnd % 3 == 1:
-            return json.dumps({"action_type": "set_mechanism", "mechanism": {"auction_type": "vcg", "reserve_price": 4.0}})
+            return json.dumps(
+                {
+                    "action_type": "set_mechanism",
+                    "mechanism": {"auction_type": "vcg", "reserve_price": 4.0},
+                }
+            )
         if rnd % 3 == 2:  # the flat DAEDALUS form
-            return json.dumps({"auction_type": "first_price", "reserve_price": 6.0, "reveal_clearing_price": True})
+            return json.dumps(
+                {"auction_type": "first_price", "reserve_price": 6.0, "reveal_clearing_price": True}
+            )
         return json.dumps({"action_type": "wait"})
     if phase != "bidding":
         return json.dumps({"action_type": "wait"})
@@ -113,15 +123,17 @@ def default_policy(body: dict[str, Any]) -> str:
         if job.get("status") == "active" and job.get("min_reliability", 0) <= rel:
             values += [job["value"] / job["size"] * rel] * (job["size"] - job["progress"])
     values.sort(reverse=True)
-    values = values[held[0] if held else 0:]
+    values = values[held[0] if held else 0 :]
     bids, total = [], 0.0
-    for v in values[:max(1, cap)]:
+    for v in values[: max(1, cap)]:
         v = round(v * 0.9, 2)
         if total + v > budget:
             break
         bids.append(v)
         total += v
-    return json.dumps({"action_type": "bid", "bids": bids, "reasoning": f"round {rnd}: bid 90% of value"})
+    return json.dumps(
+        {"action_type": "bid", "bids": bids, "reasoning": f"round {rnd}: bid 90% of value"}
+    )
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -132,9 +144,15 @@ class _HTTPServer(ThreadingHTTPServer):
 class FakeOpenAIServer:
     """See the module docstring. Use as a context manager or ``start()`` / ``stop()``."""
 
-    def __init__(self, latency: float = 0.0, reject_json_schema: int | None = None,
-                 policy: Any = default_policy, host: str = "127.0.0.1", port: int = 0,
-                 usage: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        latency: float = 0.0,
+        reject_json_schema: int | None = None,
+        policy: Any = default_policy,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        usage: tuple[int, int] | None = None,
+    ) -> None:
         self.latency = latency
         self.usage = usage  # fixed (prompt, completion) tokens of every answer, for cost tests
         self.reject_json_schema = reject_json_schema
@@ -155,8 +173,12 @@ class FakeOpenAIServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> FakeOpenAIServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-openai-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-openai-server",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -195,18 +217,30 @@ class FakeOpenAIServer:
                     return self._script.pop(i)
         return None
 
-    def _answer(self, path: str, body: dict[str, Any], bearer: str | None) -> tuple[int, dict[str, Any], dict[str, str], float]:
+    def _answer(
+        self, path: str, body: dict[str, Any], bearer: str | None
+    ) -> tuple[int, dict[str, Any], dict[str, str], float]:
         text = _messages_text(body)
-        rec = Recorded(path=path, body=body, messages_text=text, at=time.monotonic(),
-                       bearer_sha256=hashlib.sha256(bearer.encode()).hexdigest() if bearer else None)
+        rec = Recorded(
+            path=path,
+            body=body,
+            messages_text=text,
+            at=time.monotonic(),
+            bearer_sha256=hashlib.sha256(bearer.encode()).hexdigest() if bearer else None,
+        )
         fmt = (body.get("response_format") or {}).get("type")
         reply = None if (self.reject_json_schema and fmt == "json_schema") else self._take(text)
         delay = self.latency + (reply.delay if reply else 0.0)
         headers: dict[str, str] = {}
         if self.reject_json_schema and fmt == "json_schema":
             status = self.reject_json_schema
-            payload: dict[str, Any] = {"error": {"message": "response_format type json_schema is not supported by this server",
-                                                 "type": "invalid_request_error", "code": status}}
+            payload: dict[str, Any] = {
+                "error": {
+                    "message": "response_format type json_schema is not supported by this server",
+                    "type": "invalid_request_error",
+                    "code": status,
+                }
+            }
             headers["x-should-retry"] = "false"
         elif reply is not None and reply.status != 200:
             status = reply.status
@@ -215,19 +249,42 @@ class FakeOpenAIServer:
             headers.update(reply.headers)
         else:
             status = 200
-            content = reply.content if reply is not None and reply.content is not None else self.policy(body)
+            content = (
+                reply.content
+                if reply is not None and reply.content is not None
+                else self.policy(body)
+            )
             usage = self.usage or (len(text) // 4, max(1, len(content) // 4))
-            prompt_tokens = reply.prompt_tokens if reply and reply.prompt_tokens is not None else usage[0]
-            completion_tokens = (reply.completion_tokens if reply and reply.completion_tokens is not None
-                                 else usage[1])
-            rec.content, rec.prompt_tokens, rec.completion_tokens = content, prompt_tokens, completion_tokens
+            prompt_tokens = (
+                reply.prompt_tokens if reply and reply.prompt_tokens is not None else usage[0]
+            )
+            completion_tokens = (
+                reply.completion_tokens
+                if reply and reply.completion_tokens is not None
+                else usage[1]
+            )
+            rec.content, rec.prompt_tokens, rec.completion_tokens = (
+                content,
+                prompt_tokens,
+                completion_tokens,
+            )
             payload = {
-                "id": f"chatcmpl-fake-{len(self.requests)}", "object": "chat.completion", "created": 0,
+                "id": f"chatcmpl-fake-{len(self.requests)}",
+                "object": "chat.completion",
+                "created": 0,
                 "model": body.get("model", "fake"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens},
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": content},
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
             }
         rec.status, rec.scripted, rec.delay = status, reply is not None, delay
         with self._lock:
@@ -244,7 +301,9 @@ class FakeOpenAIServer:
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass
 
-            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)
@@ -259,7 +318,9 @@ class FakeOpenAIServer:
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+                    self._send(
+                        200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+                    )
                 else:
                     self._send(404, {"error": {"message": "not found"}})
 
@@ -285,9 +346,10 @@ class FakeOpenAIServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m market.bench.fake_openai_server",
-                                     description="FakeOpenAIServer: a test double for benchmarks "
-                                                 "and tests (not a model)")
+    parser = argparse.ArgumentParser(
+        prog="python -m market.bench.fake_openai_server",
+        description="FakeOpenAIServer: a test double for benchmarks and tests (not a model)",
+    )
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency-ms", type=float, default=0.0)
     args = parser.parse_args(argv)

@@ -53,8 +53,9 @@ def bench_observations(n: int = 64, seed: int = 0) -> list[Observation]:
     return out[:n]
 
 
-async def _run_level(backend: OpenAIBackend, observations: Sequence[Observation], concurrency: int,
-                     decisions: int) -> dict[str, Any]:
+async def _run_level(
+    backend: OpenAIBackend, observations: Sequence[Observation], concurrency: int, decisions: int
+) -> dict[str, Any]:
     limiter = RequestLimiter(concurrency)
     workers = 2 * concurrency  # more callers than slots: the limiter is what bounds in flight
     agents = [LLMAgent(backend, limiter=limiter, retries=0) for _ in range(workers)]
@@ -74,13 +75,19 @@ async def _run_level(backend: OpenAIBackend, observations: Sequence[Observation]
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*(worker(a) for a in agents))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    stats = {k: sum(a.stats[k] for a in agents) for k in ("decisions", "requests", "fallbacks", "backend_errors",
-                                                           "latency_s")}
+    stats = {
+        k: sum(a.stats[k] for a in agents)
+        for k in ("decisions", "requests", "fallbacks", "backend_errors", "latency_s")
+    }
     return {
-        "concurrency": concurrency, "decisions": int(stats["decisions"]), "seconds": round(wall, 3),
-        "decisions_per_s": round(stats["decisions"] / wall, 2), "cpu_ms_per_decision": round(1000 * cpu / decisions, 3),
+        "concurrency": concurrency,
+        "decisions": int(stats["decisions"]),
+        "seconds": round(wall, 3),
+        "decisions_per_s": round(stats["decisions"] / wall, 2),
+        "cpu_ms_per_decision": round(1000 * cpu / decisions, 3),
         "mean_latency_ms": round(1000 * stats["latency_s"] / max(1, stats["requests"]), 2),
-        "peak_in_flight": limiter.peak_in_flight, "fallbacks": int(stats["fallbacks"]),
+        "peak_in_flight": limiter.peak_in_flight,
+        "fallbacks": int(stats["fallbacks"]),
         "backend_errors": int(stats["backend_errors"]),
         # requests the model actually answered, per second: timeouts and errors do not count, so
         # a serialising server cannot look faster at higher concurrency by timing out
@@ -101,8 +108,14 @@ def run_llm_bench(
     ``speedup`` relative to the first. Read ``answered_speedup`` too: ``speedup`` counts decisions
     that fell back after a timeout, which a server that serialises requests produces."""
     observations = bench_observations()
-    backend = OpenAIBackend(model, base_url=base_url, api_key_env=api_key_env, max_retries=0,
-                            http_client=http_client, response_format=response_format)  # type: ignore[arg-type]
+    backend = OpenAIBackend(
+        model,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        max_retries=0,
+        http_client=http_client,
+        response_format=response_format,
+    )  # type: ignore[arg-type]
 
     async def main() -> list[dict[str, Any]]:
         rows = [await _run_level(backend, observations, c, decisions) for c in concurrency]
@@ -117,15 +130,23 @@ def run_llm_bench(
     return rows
 
 
-def compare_transports(base_url: str, concurrency: int = 32, requests: int = 2000, model: str = "fake-model",
-                       rounds: int = 2) -> dict[str, dict[str, float]]:
+def compare_transports(
+    base_url: str,
+    concurrency: int = 32,
+    requests: int = 2000,
+    model: str = "fake-model",
+    rounds: int = 2,
+) -> dict[str, dict[str, float]]:
     """Client CPU ms per request (and requests/s) of each async transport at ``concurrency``.
 
     Each transport runs ``rounds`` times, interleaved; the best round counts (least noise).
     """
     obs = bench_observations(8)
     agent = LLMAgent(OpenAIBackend(model, base_url=base_url))
-    messages = [{"role": "system", "content": "bench"}, {"role": "user", "content": obs[1].to_prompt()}]
+    messages = [
+        {"role": "system", "content": "bench"},
+        {"role": "user", "content": obs[1].to_prompt()},
+    ]
     schema = agent._schema(obs[1])
     transports = ["httpx"] + (["aiohttp"] if aiohttp_available() else [])
     results: dict[str, dict[str, float]] = {}
@@ -143,7 +164,10 @@ def compare_transports(base_url: str, concurrency: int = 32, requests: int = 200
         await asyncio.gather(*(call() for _ in range(requests)))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         await backend.aclose()
-        return {"cpu_ms_per_request": round(1000 * cpu / requests, 3), "requests_per_s": round(requests / wall, 1)}
+        return {
+            "cpu_ms_per_request": round(1000 * cpu / requests, 3),
+            "requests_per_s": round(requests / wall, 1),
+        }
 
     for _ in range(rounds):
         for kind in transports:
@@ -158,9 +182,11 @@ def compare_transports(base_url: str, concurrency: int = 32, requests: int = 200
 def spawn_fake_server(latency_ms: float = 0.0) -> Iterator[str]:
     """Start :mod:`market.bench.fake_openai_server` (the test double) in a subprocess; yields its base
     URL. Run as a module of this installed package, so a wheel install needs no source checkout."""
-    proc = subprocess.Popen([sys.executable, "-m", "market.bench.fake_openai_server",
-                             "--latency-ms", str(latency_ms)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "market.bench.fake_openai_server", "--latency-ms", str(latency_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
@@ -188,19 +214,46 @@ def section_llm(config: BenchConfig) -> SectionResult:
         except FileNotFoundError as exc:
             raise SectionSkipped(str(exc)) from None
     if not any(r["answered_per_s"] for r in rows):
-        raise SectionSkipped(f"the server at {server['server']} answered no request "
-                             f"({rows[0]['backend_errors']} errors at concurrency {rows[0]['concurrency']})")
+        raise SectionSkipped(
+            f"the server at {server['server']} answered no request "
+            f"({rows[0]['backend_errors']} errors at concurrency {rows[0]['concurrency']})"
+        )
     result = SectionResult(details={**server, "rows": rows})
     for r in rows:
         c = r["concurrency"]
-        result.metrics.append(metric(f"llm.c{c}.decisions_per_s", r["decisions_per_s"],
-                                     "decisions/s", "higher", "llm", server))
-        result.metrics.append(metric(f"llm.c{c}.answered_per_s", r["answered_per_s"],
-                                     "requests/s", "higher", "llm", server))
-        result.metrics.append(metric(f"llm.c{c}.mean_latency_ms", r["mean_latency_ms"], "ms",
-                                     "lower", "llm", server))
-        result.metrics.append(metric(f"llm.c{c}.cpu_ms_per_decision", r["cpu_ms_per_decision"],
-                                     "ms", "lower", "llm", server))
+        result.metrics.append(
+            metric(
+                f"llm.c{c}.decisions_per_s",
+                r["decisions_per_s"],
+                "decisions/s",
+                "higher",
+                "llm",
+                server,
+            )
+        )
+        result.metrics.append(
+            metric(
+                f"llm.c{c}.answered_per_s",
+                r["answered_per_s"],
+                "requests/s",
+                "higher",
+                "llm",
+                server,
+            )
+        )
+        result.metrics.append(
+            metric(f"llm.c{c}.mean_latency_ms", r["mean_latency_ms"], "ms", "lower", "llm", server)
+        )
+        result.metrics.append(
+            metric(
+                f"llm.c{c}.cpu_ms_per_decision",
+                r["cpu_ms_per_decision"],
+                "ms",
+                "lower",
+                "llm",
+                server,
+            )
+        )
     return result
 
 
@@ -218,15 +271,23 @@ def _llm_levels(config: BenchConfig, url: str) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m market.bench.llm", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m market.bench.llm", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--base-url", help="an OpenAI-compatible server (…/v1)")
-    parser.add_argument("--spawn-fake", action="store_true", help="start the test double in a subprocess")
-    parser.add_argument("--latency-ms", type=float, default=50.0, help="the test double's fixed latency")
+    parser.add_argument(
+        "--spawn-fake", action="store_true", help="start the test double in a subprocess"
+    )
+    parser.add_argument(
+        "--latency-ms", type=float, default=50.0, help="the test double's fixed latency"
+    )
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--decisions", type=int, default=200)
     parser.add_argument("--http-client", default="auto", choices=["auto", "httpx", "aiohttp"])
-    parser.add_argument("--transports", action="store_true", help="also compare httpx/aiohttp CPU per request")
+    parser.add_argument(
+        "--transports", action="store_true", help="also compare httpx/aiohttp CPU per request"
+    )
     parser.add_argument("--transport-requests", type=int, default=2000)
     args = parser.parse_args(argv)
     if not (args.base_url or args.spawn_fake):
@@ -234,15 +295,22 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {}
     if args.spawn_fake:
         with spawn_fake_server(args.latency_ms) as url:
-            report["decisions"] = run_llm_bench(url, args.concurrency, args.decisions, args.model, args.http_client)
+            report["decisions"] = run_llm_bench(
+                url, args.concurrency, args.decisions, args.model, args.http_client
+            )
         if args.transports:
             with spawn_fake_server(0.0) as url:
-                report["transports_c32"] = compare_transports(url, 32, args.transport_requests, args.model)
+                report["transports_c32"] = compare_transports(
+                    url, 32, args.transport_requests, args.model
+                )
     else:
-        report["decisions"] = run_llm_bench(args.base_url, args.concurrency, args.decisions, args.model,
-                                            args.http_client)
+        report["decisions"] = run_llm_bench(
+            args.base_url, args.concurrency, args.decisions, args.model, args.http_client
+        )
         if args.transports:
-            report["transports_c32"] = compare_transports(args.base_url, 32, args.transport_requests, args.model)
+            report["transports_c32"] = compare_transports(
+                args.base_url, 32, args.transport_requests, args.model
+            )
     print(json.dumps(report, indent=2))
 
 

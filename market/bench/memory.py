@@ -69,8 +69,12 @@ def section_memory(config: BenchConfig) -> SectionResult:
     for scenario, count in config.memory_envs:
         row = env_memory_in_subprocess(scenario, count)
         result.details["rows"].append({"scenario": scenario, "envs": count, **row})
-        result.metrics.append(metric(f"memory.{scenario}.rss_kib_per_env", row["rss_kib"], "KiB",
-                                     "lower", "memory"))
-        result.metrics.append(metric(f"memory.{scenario}.traced_kib_per_env", row["traced_kib"],
-                                     "KiB", "lower", "memory"))
+        result.metrics.append(
+            metric(f"memory.{scenario}.rss_kib_per_env", row["rss_kib"], "KiB", "lower", "memory")
+        )
+        result.metrics.append(
+            metric(
+                f"memory.{scenario}.traced_kib_per_env", row["traced_kib"], "KiB", "lower", "memory"
+            )
+        )
     return result

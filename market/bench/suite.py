@@ -66,12 +66,24 @@ from market.bench.throughput import section_episodes, section_ray, section_steps
 from market.run.runner import default_workers
 
 # the CLI reads the section names, the default threshold and the --only parser from here too
-__all__ = ["DEFAULT_THRESHOLD", "RUNNERS", "SECTIONS", "bench_command", "machine_info", "parse_sections",
-           "run_suite", "targets"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "RUNNERS",
+    "SECTIONS",
+    "bench_command",
+    "machine_info",
+    "parse_sections",
+    "run_suite",
+    "targets",
+]
 
 RUNNERS: dict[str, Callable[[BenchConfig], SectionResult]] = {
-    "steps": section_steps, "episodes": section_episodes, "ray": section_ray,
-    "clearing": section_clearing, "memory": section_memory, "transcript": section_transcript,
+    "steps": section_steps,
+    "episodes": section_episodes,
+    "ray": section_ray,
+    "clearing": section_clearing,
+    "memory": section_memory,
+    "transcript": section_transcript,
     "llm": section_llm,
 }
 
@@ -79,9 +91,13 @@ RUNNERS: dict[str, Callable[[BenchConfig], SectionResult]] = {
 def machine_info() -> dict[str, Any]:
     """Cores, Python, package version, git commit (if a checkout), time and load average."""
     info: dict[str, Any] = {
-        "cores": default_workers(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-        "platform": platform.platform(), "package_version": _package_version(__version__),
-        "git_commit": _git_commit(), "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cores": default_workers(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "package_version": _package_version(__version__),
+        "git_commit": _git_commit(),
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     if hasattr(os, "getloadavg"):
         info["load_average"] = [round(x, 2) for x in os.getloadavg()]
@@ -101,10 +117,16 @@ def _git_commit() -> str | None:
     if git is None or not (root / ".git").exists():
         return None
     try:
-        out = subprocess.run([git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10)
-        dirty = subprocess.run([git, "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            [git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            [git, "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     commit = out.stdout.strip()
@@ -113,13 +135,21 @@ def _git_commit() -> str | None:
     return commit + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def run_suite(config: BenchConfig, sections: Iterable[str] = SECTIONS,
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_suite(
+    config: BenchConfig,
+    sections: Iterable[str] = SECTIONS,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run the selected sections; a section that cannot run (or fails) is listed in
     ``skipped`` with the reason and the others still run."""
-    report: dict[str, Any] = {"schema": SCHEMA, "machine": machine_info(),
-                              "options": {"quick": config.quick, "sections": list(sections)},
-                              "metrics": [], "skipped": {}, "details": {}}
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "machine": machine_info(),
+        "options": {"quick": config.quick, "sections": list(sections)},
+        "metrics": [],
+        "skipped": {},
+        "details": {},
+    }
     for name in report["options"]["sections"]:
         if log:
             log(f"bench: {name} ...")
@@ -144,28 +174,52 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     steps = values.get("steps.market_round.steps_per_s")
     if steps is not None:
-        out.append({"target": f"market_round >= {TARGET_STEPS_PER_SECOND:,} AEC steps/s",
-                    "value": steps, "ok": steps >= TARGET_STEPS_PER_SECOND})
+        out.append(
+            {
+                "target": f"market_round >= {TARGET_STEPS_PER_SECOND:,} AEC steps/s",
+                "value": steps,
+                "ok": steps >= TARGET_STEPS_PER_SECOND,
+            }
+        )
     clearing = report["details"].get("clearing")
     if clearing:
         ref = clearing["nlogn_exponent"]
         for auction, slope in clearing["exponents"].items():
-            out.append({"target": f"{auction} clearing grows <= n log n (exponent <= {ref:.3f})",
-                        "value": slope, "ok": slope <= ref})
+            out.append(
+                {
+                    "target": f"{auction} clearing grows <= n log n (exponent <= {ref:.3f})",
+                    "value": slope,
+                    "ok": slope <= ref,
+                }
+            )
         if 1000 in clearing["ms"]:
             worst = max(clearing["ms"][1000].values())
-            out.append({"target": f"clear() at 1,000 bidders < {TARGET_CLEARING_MS:g} ms (slowest type)",
-                        "value": worst, "ok": worst < TARGET_CLEARING_MS})
+            out.append(
+                {
+                    "target": f"clear() at 1,000 bidders < {TARGET_CLEARING_MS:g} ms (slowest type)",
+                    "value": worst,
+                    "ok": worst < TARGET_CLEARING_MS,
+                }
+            )
         env_step = clearing["env_step"]
         if env_step["labs"] == 1000:
-            out.append({"target": f"env clearing step at 1,000 labs < {TARGET_CLEARING_MS:g} ms",
-                        "value": env_step["median_ms"], "ok": env_step["median_ms"] < TARGET_CLEARING_MS})
+            out.append(
+                {
+                    "target": f"env clearing step at 1,000 labs < {TARGET_CLEARING_MS:g} ms",
+                    "value": env_step["median_ms"],
+                    "ok": env_step["median_ms"] < TARGET_CLEARING_MS,
+                }
+            )
     return out
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    config = BenchConfig(seconds=args.seconds, scenarios=tuple(args.scenario or ()),
-                         llm_base_url=args.llm_base_url, llm_model=args.llm_model)
+    config = BenchConfig(
+        seconds=args.seconds,
+        scenarios=tuple(args.scenario or ()),
+        llm_base_url=args.llm_base_url,
+        llm_model=args.llm_model,
+    )
     if args.quick:
         config = quick_config(config)
         if args.seconds != 2.0:  # an explicit --seconds wins over the quick budget
@@ -194,8 +248,11 @@ def bench_command(args: argparse.Namespace) -> int:
         if len(compare) == 2:
             new, new_label = load_report(Path(compare[1])), compare[1]
         else:
-            new = run_suite(config_from_args(args), args.only or SECTIONS,
-                            log=lambda text: print(text, file=sys.stderr))
+            new = run_suite(
+                config_from_args(args),
+                args.only or SECTIONS,
+                log=lambda text: print(text, file=sys.stderr),
+            )
             print_report(new)
             new_label = str(args.json) if args.json else "this run"
             if args.json:

@@ -31,9 +31,14 @@ def bench_scenario(name: str, seconds: float = 2.0, seed0: int = 0) -> dict[str,
         episodes += 1
         seed += 1
     elapsed = time.perf_counter() - start
-    return {"scenario": name, "episodes": episodes, "steps": steps,
-            "steps_per_s": steps / elapsed, "episodes_per_s": episodes / elapsed,
-            "seats": seat_counts(default_seats(env.scenario))}
+    return {
+        "scenario": name,
+        "episodes": episodes,
+        "steps": steps,
+        "steps_per_s": steps / elapsed,
+        "episodes_per_s": episodes / elapsed,
+        "seats": seat_counts(default_seats(env.scenario)),
+    }
 
 
 def seat_counts(seats: dict[str, str]) -> dict[str, int]:
@@ -46,8 +51,10 @@ def seat_counts(seats: dict[str, str]) -> dict[str, int]:
 
 def section_steps(config: BenchConfig) -> SectionResult:
     rows = [bench_scenario(name, config.seconds) for name in (config.scenarios or builtin_names())]
-    metrics = [metric(f"steps.{r['scenario']}.steps_per_s", r["steps_per_s"], "steps/s", "higher",
-                      "steps") for r in rows]
+    metrics = [
+        metric(f"steps.{r['scenario']}.steps_per_s", r["steps_per_s"], "steps/s", "higher", "steps")
+        for r in rows
+    ]
     return SectionResult(metrics, {"rows": rows})
 
 
@@ -60,8 +67,16 @@ def time_run(scenario: str, n_seeds: int, out_dir: Path, **kwargs: Any) -> float
     """Wall seconds of ``run_scenario`` over seeds ``0..n_seeds-1`` into a fresh folder, with
     transcripts and progress off; pool (or Ray task) start-up is part of the time, as in a run."""
     start = time.perf_counter()
-    summary = run_scenario(scenario, range(n_seeds), None, out_dir, transcripts=False,
-                           progress=False, fresh=True, **kwargs)
+    summary = run_scenario(
+        scenario,
+        range(n_seeds),
+        None,
+        out_dir,
+        transcripts=False,
+        progress=False,
+        fresh=True,
+        **kwargs,
+    )
     elapsed = time.perf_counter() - start
     if summary.failed:
         seed, error = next(iter(summary.failed.items()))
@@ -76,15 +91,30 @@ def section_episodes(config: BenchConfig) -> SectionResult:
         for scenario, n_seeds in config.episode_batches:
             base = None
             for workers in worker_levels(cores):
-                seconds = time_run(scenario, n_seeds, Path(tmp) / f"{scenario}-{workers}",
-                                   workers=workers)
+                seconds = time_run(
+                    scenario, n_seeds, Path(tmp) / f"{scenario}-{workers}", workers=workers
+                )
                 rate = n_seeds / seconds
                 base = base or rate
-                result.details["rows"].append({"scenario": scenario, "workers": workers,
-                                               "episodes": n_seeds, "seconds": seconds,
-                                               "episodes_per_s": rate, "speedup": rate / base})
-                result.metrics.append(metric(f"episodes.{scenario}.workers_{workers}.episodes_per_s",
-                                             rate, "episodes/s", "higher", "episodes"))
+                result.details["rows"].append(
+                    {
+                        "scenario": scenario,
+                        "workers": workers,
+                        "episodes": n_seeds,
+                        "seconds": seconds,
+                        "episodes_per_s": rate,
+                        "speedup": rate / base,
+                    }
+                )
+                result.metrics.append(
+                    metric(
+                        f"episodes.{scenario}.workers_{workers}.episodes_per_s",
+                        rate,
+                        "episodes/s",
+                        "higher",
+                        "episodes",
+                    )
+                )
     return result
 
 
@@ -102,22 +132,35 @@ def section_ray(config: BenchConfig) -> SectionResult:
             with ray_session(None):
                 result.details["session_start_s"] = time.perf_counter() - began
                 time_run(config.episode_batches[0][0], 2, Path(tmp) / "warm-up", backend="ray")
-                result.metrics.append(metric("ray.startup_s", time.perf_counter() - began, "s",
-                                             "lower", "ray"))
+                result.metrics.append(
+                    metric("ray.startup_s", time.perf_counter() - began, "s", "lower", "ray")
+                )
                 for scenario, n_seeds in config.episode_batches:
                     seconds = time_run(scenario, n_seeds, Path(tmp) / scenario, backend="ray")
                     rate = n_seeds / seconds
-                    result.details["rows"].append({"scenario": scenario, "episodes": n_seeds,
-                                                   "seconds": seconds, "episodes_per_s": rate})
-                    result.metrics.append(metric(f"ray.{scenario}.episodes_per_s", rate,
-                                                 "episodes/s", "higher", "ray"))
+                    result.details["rows"].append(
+                        {
+                            "scenario": scenario,
+                            "episodes": n_seeds,
+                            "seconds": seconds,
+                            "episodes_per_s": rate,
+                        }
+                    )
+                    result.metrics.append(
+                        metric(
+                            f"ray.{scenario}.episodes_per_s", rate, "episodes/s", "higher", "ray"
+                        )
+                    )
     except Exception as exc:  # the backend is optional: a failure is reported, not fatal
-        raise SectionSkipped(f"Ray backend failed: {type(exc).__name__}: {first_line(exc)}") from None
+        raise SectionSkipped(
+            f"Ray backend failed: {type(exc).__name__}: {first_line(exc)}"
+        ) from None
     return result
 
 
-def transcript_rates(scenario: str, seconds: float, variants: dict[str, tuple[Path | None, int]],
-                     slices: int = 5) -> dict[str, dict[str, float]]:
+def transcript_rates(
+    scenario: str, seconds: float, variants: dict[str, tuple[Path | None, int]], slices: int = 5
+) -> dict[str, dict[str, float]]:
     """Steps/s of each variant ``name -> (folder or None for no transcript, digest_every)``,
     and its transcript bytes per step. Each variant plays episodes (seeds 0, 1, ... on one
     reused env, a transcript per episode in its folder) for ``seconds`` in total, cut into
@@ -131,8 +174,9 @@ def transcript_rates(scenario: str, seconds: float, variants: dict[str, tuple[Pa
             acc, start = totals[name], time.perf_counter()
             played = 0
             while time.perf_counter() - start < seconds / slices or played < 1:
-                acc["steps"] += run_episode(scenario, int(acc["episodes"]), env=env,
-                                            transcript=folder, digest_every=every).steps
+                acc["steps"] += run_episode(
+                    scenario, int(acc["episodes"]), env=env, transcript=folder, digest_every=every
+                ).steps
                 acc["episodes"] += 1
                 played += 1
             acc["seconds"] += time.perf_counter() - start
@@ -140,8 +184,11 @@ def transcript_rates(scenario: str, seconds: float, variants: dict[str, tuple[Pa
     for name, (folder, _) in variants.items():
         acc = totals[name]
         size = sum(p.stat().st_size for p in folder.glob("*.jsonl")) if folder else 0
-        out[name] = {"steps_per_s": acc["steps"] / acc["seconds"],
-                     "bytes_per_step": size / acc["steps"], "episodes": int(acc["episodes"])}
+        out[name] = {
+            "steps_per_s": acc["steps"] / acc["seconds"],
+            "bytes_per_step": size / acc["steps"],
+            "episodes": int(acc["episodes"]),
+        }
     return out
 
 
@@ -149,20 +196,47 @@ def section_transcript(config: BenchConfig) -> SectionResult:
     name, every = config.transcript_scenario, config.digest_every
     result = SectionResult(details={"scenario": name})
     with tempfile.TemporaryDirectory(prefix="gpumarket-bench-tr-") as tmp:
-        variants = transcript_rates(name, config.seconds, {
-            "none": (None, 1), "digest_1": (Path(tmp) / "d1", 1),
-            f"digest_{every}": (Path(tmp) / "dn", every)})
+        variants = transcript_rates(
+            name,
+            config.seconds,
+            {
+                "none": (None, 1),
+                "digest_1": (Path(tmp) / "d1", 1),
+                f"digest_{every}": (Path(tmp) / "dn", every),
+            },
+        )
     base = variants["none"]["steps_per_s"]
     for variant, row in variants.items():
-        result.metrics.append(metric(f"transcript.{name}.{variant}.steps_per_s", row["steps_per_s"],
-                                     "steps/s", "higher", "transcript"))
+        result.metrics.append(
+            metric(
+                f"transcript.{name}.{variant}.steps_per_s",
+                row["steps_per_s"],
+                "steps/s",
+                "higher",
+                "transcript",
+            )
+        )
         if variant == "none":
             continue
         # extra time per step relative to no transcript: (1/with - 1/without) / (1/without)
         row["overhead_pct"] = 100.0 * (base / row["steps_per_s"] - 1.0)
-        result.metrics.append(metric(f"transcript.{name}.{variant}.overhead_pct",
-                                     row["overhead_pct"], "%", "lower", "transcript"))
-        result.metrics.append(metric(f"transcript.{name}.{variant}.bytes_per_step",
-                                     row["bytes_per_step"], "B/step", "lower", "transcript"))
+        result.metrics.append(
+            metric(
+                f"transcript.{name}.{variant}.overhead_pct",
+                row["overhead_pct"],
+                "%",
+                "lower",
+                "transcript",
+            )
+        )
+        result.metrics.append(
+            metric(
+                f"transcript.{name}.{variant}.bytes_per_step",
+                row["bytes_per_step"],
+                "B/step",
+                "lower",
+                "transcript",
+            )
+        )
     result.details["variants"] = variants
     return result

@@ -17,6 +17,7 @@ def steps_per_second(
     seats: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """Measure recording overhead: steps/s of episodes with and without a transcript."""
+
     def rate(record: bool) -> float:
         steps, start, seed = 0, time.perf_counter(), 0
         with tempfile.TemporaryDirectory() as d:

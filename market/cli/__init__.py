@@ -32,10 +32,19 @@ from scenarios import ScenarioError
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"run": cmd_run, "eval": cmd_eval, "bench": cmd_bench, "train": cmd_train, "validate": cmd_validate, "agents": cmd_agents,
-               "replay": cmd_replay,
-               "report": cmd_report, "show": cmd_show,
-               "tournament": cmd_tournament, "export-sft": cmd_export_sft}[args.command]
+    handler = {
+        "run": cmd_run,
+        "eval": cmd_eval,
+        "bench": cmd_bench,
+        "train": cmd_train,
+        "validate": cmd_validate,
+        "agents": cmd_agents,
+        "replay": cmd_replay,
+        "report": cmd_report,
+        "show": cmd_show,
+        "tournament": cmd_tournament,
+        "export-sft": cmd_export_sft,
+    }[args.command]
     try:
         return handler(args)
     except ScenarioError as exc:

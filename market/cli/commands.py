@@ -14,6 +14,7 @@ from rich.table import Table
 
 from agents.registry import REGISTRY, plugin_status
 from market.bench.suite import bench_command
+from market.cli.expert_matrix_command import cmd_expert_matrix
 from market.cli.parser import one_line, parse_seeds
 from market.record.replay_cli import run_cli
 from market.record.report import write_report
@@ -21,7 +22,6 @@ from market.record.transcript import TranscriptError
 from market.record.viewer import render_transcript
 from market.run.async_runner import given_llm_flags, llm_options
 from market.run.evaluation import USAGE_COLUMNS, evaluate
-from market.run.expert_matrix import BASELINE, DEFAULT_SEEDS, expert_matrix
 from market.run.health import STRICT_EXIT, from_matches, from_rows, print_health, strict_failures
 from market.run.jobs import RunConfigError, RunInterrupted
 from market.run.mechanism_comparison import METRICS, evaluate_mechanisms
@@ -60,9 +60,11 @@ def _llm_options(args: argparse.Namespace, command: str) -> dict | None:
         return None
     given = given_llm_flags(args)
     if args.backend == "ray" and given:
-        print(f"gpumarket {command}: {', '.join(given)} apply to LLM runs on the local backend "
-              "(one shared client pool); leave them out with --backend ray (see docs/ray.md)",
-              file=sys.stderr)
+        print(
+            f"gpumarket {command}: {', '.join(given)} apply to LLM runs on the local backend "
+            "(one shared client pool); leave them out with --backend ray (see docs/ray.md)",
+            file=sys.stderr,
+        )
         return None
     return llm
 
@@ -77,11 +79,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if llm is None:
         return 2
     try:
-        summary = run_scenario(scenario, args.seeds, dict(args.seat), out, workers=args.workers,
-                               transcripts=not args.no_transcripts,
-                               progress=not args.no_progress, fresh=args.fresh,
-                               backend=args.backend, address=args.address, llm=llm,
-                               agent_timeout=args.agent_timeout)
+        summary = run_scenario(
+            scenario,
+            args.seeds,
+            dict(args.seat),
+            out,
+            workers=args.workers,
+            transcripts=not args.no_transcripts,
+            progress=not args.no_progress,
+            fresh=args.fresh,
+            backend=args.backend,
+            address=args.address,
+            llm=llm,
+            agent_timeout=args.agent_timeout,
+        )
     except RunConfigError as exc:
         print(f"gpumarket run: {exc}", file=sys.stderr)
         return 2
@@ -90,11 +101,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     console = Console()
     if summary.skipped:
-        print(f"resumed {out}: {len(summary.skipped)} episode(s) were already complete, "
-              f"{len(summary.played)} played now")
+        print(
+            f"resumed {out}: {len(summary.skipped)} episode(s) were already complete, "
+            f"{len(summary.played)} played now"
+        )
     rows = summary.rows
     n = len(summary.episodes)
-    table = Table(title=f"{scenario.name}: {n} episode(s), seeds {args.seeds[0]}..{args.seeds[-1]} (mean +/- 95% CI)")
+    table = Table(
+        title=f"{scenario.name}: {n} episode(s), seeds {args.seeds[0]}..{args.seeds[-1]} (mean +/- 95% CI)"
+    )
     for col in ("seat", "agent", "component", "mean", "+/- 95% CI"):
         table.add_column(col, justify="right" if col in ("mean", "+/- 95% CI") else "left")
     last_seat = None
@@ -103,23 +118,38 @@ def cmd_run(args: argparse.Namespace) -> int:
             table.add_section()
         last_seat = row["seat"]
         style = "bold" if row["component"] == "return" else None
-        table.add_row(row["seat"], row["agent"], row["component"], f"{row['mean']:.4f}", f"{row['ci95']:.4f}", style=style)
+        table.add_row(
+            row["seat"],
+            row["agent"],
+            row["component"],
+            f"{row['mean']:.4f}",
+            f"{row['ci95']:.4f}",
+            style=style,
+        )
     console.print(table)
     mean, half = mean_ci95(list(summary.episode("welfare_ratio").values()))
-    console.print(f"welfare ratio (realised / optimal, per round): {mean:.3f} +/- {half:.3f}; "
-                  f"steps: {sum(summary.episode('steps').values())}")
+    console.print(
+        f"welfare ratio (realised / optimal, per round): {mean:.3f} +/- {half:.3f}; "
+        f"steps: {sum(summary.episode('steps').values())}"
+    )
     strict_failed = _report_health(console, from_rows(rows), args.strict, "run")
     if args.json:
         by_seed: dict[int, list] = {}
         for row in rows:
             by_seed.setdefault(row["seed"], []).append(row)
-        payload = [{"scenario": scenario.name, "seed": seed,
-                    "seats": {r["seat"]: r["agent"] for r in seat_rows},
-                    "returns": {r["seat"]: r["return"] for r in seat_rows},
-                    "components": {r["seat"]: r["components"] for r in seat_rows},
-                    "invalid_actions": {r["seat"]: r["invalid_actions"] for r in seat_rows},
-                    "steps": seat_rows[0]["steps"], "rounds": summary.round_logs.get(seed, [])}
-                   for seed, seat_rows in by_seed.items()]
+        payload = [
+            {
+                "scenario": scenario.name,
+                "seed": seed,
+                "seats": {r["seat"]: r["agent"] for r in seat_rows},
+                "returns": {r["seat"]: r["return"] for r in seat_rows},
+                "components": {r["seat"]: r["components"] for r in seat_rows},
+                "invalid_actions": {r["seat"]: r["invalid_actions"] for r in seat_rows},
+                "steps": seat_rows[0]["steps"],
+                "rounds": summary.round_logs.get(seed, []),
+            }
+            for seed, seat_rows in by_seed.items()
+        ]
         args.json.write_text(json.dumps(payload, indent=1))
         console.print(f"results written to {args.json}")
     print(f"results: {out / 'results.jsonl'} ({len(rows)} row(s): one per episode and seat)")
@@ -127,8 +157,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     transcripts = [p for p in transcripts if p.is_file()]
     if transcripts and not args.no_transcripts:
         report = write_report(transcripts, out / "report.html")
-        print(f"transcripts: {out / 'transcripts'}/<seed>.jsonl ({len(transcripts)} file(s)); "
-              f"verify with: gpumarket replay {out}")
+        print(
+            f"transcripts: {out / 'transcripts'}/<seed>.jsonl ({len(transcripts)} file(s)); "
+            f"verify with: gpumarket replay {out}"
+        )
         print(f"report: {Path(report).resolve().as_uri()}")
     if llm["budget"] is not None:  # what the run spent, and whether the budget stopped it
         print(f"gpumarket run: {llm['budget'].message()}", file=sys.stderr)
@@ -141,7 +173,9 @@ def _specs(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
-DEFAULT_EVAL_AGENTS = "rule_expert,truthful,no_negotiation,greedy_hoarder,always_accept,random_valid"
+DEFAULT_EVAL_AGENTS = (
+    "rule_expert,truthful,no_negotiation,greedy_hoarder,always_accept,random_valid"
+)
 DEFAULT_EVAL_SCENARIOS = "single_trade,market_round,coalition_market"
 
 
@@ -163,19 +197,36 @@ def cmd_eval(args: argparse.Namespace) -> int:
             name = load_scenario(args.scenario).name
             out = args.out or Path("runs") / "mechanisms" / name
             report = evaluate_mechanisms(
-                args.scenario, args.seeds, out, args.workers,
+                args.scenario,
+                args.seeds,
+                out,
+                args.workers,
                 candidates=_specs(args.candidates) or None,
                 alternatives=_specs(args.alternatives) or None,
-                deviations=not args.no_deviations, progress=not args.no_progress,
-                fresh=args.fresh, backend=args.backend, address=args.address,
-                agent_timeout=args.agent_timeout)
+                deviations=not args.no_deviations,
+                progress=not args.no_progress,
+                fresh=args.fresh,
+                backend=args.backend,
+                address=args.address,
+                agent_timeout=args.agent_timeout,
+            )
         else:
             out = args.out or Path("runs") / "eval"
-            table = evaluate(_specs(args.agents), _specs(args.scenarios), args.seat, args.seeds,
-                             out, args.workers, transcripts=args.transcripts,
-                             progress=not args.no_progress, fresh=args.fresh,
-                             backend=args.backend, address=args.address, llm=llm,
-                             agent_timeout=args.agent_timeout)
+            table = evaluate(
+                _specs(args.agents),
+                _specs(args.scenarios),
+                args.seat,
+                args.seeds,
+                out,
+                args.workers,
+                transcripts=args.transcripts,
+                progress=not args.no_progress,
+                fresh=args.fresh,
+                backend=args.backend,
+                address=args.address,
+                llm=llm,
+                agent_timeout=args.agent_timeout,
+            )
     except RunConfigError as exc:
         print(f"gpumarket eval: {exc}", file=sys.stderr)
         return 2
@@ -183,19 +234,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 130
     if args.mechanisms:
-        rich = Table(title=f"mechanisms on {report.scenario}: {len(report.seeds)} seed(s) "
-                           "(mean +/- 95% CI)")
+        rich = Table(
+            title=f"mechanisms on {report.scenario}: {len(report.seeds)} seed(s) (mean +/- 95% CI)"
+        )
         for col in ("mechanism", *METRICS):
             rich.add_column(col, justify="left" if col == "mechanism" else "right")
         for row in report.table():
-            rich.add_row(row["mechanism"], *(
-                f"{row[k]:.1f}±{row[k + '_ci95']:.1f}" if k == "revenue"
-                else f"{row[k]:.3f}±{row[k + '_ci95']:.3f}" for k in METRICS))
+            rich.add_row(
+                row["mechanism"],
+                *(
+                    f"{row[k]:.1f}±{row[k + '_ci95']:.1f}"
+                    if k == "revenue"
+                    else f"{row[k]:.3f}±{row[k + '_ci95']:.3f}"
+                    for k in METRICS
+                ),
+            )
         console.print(rich)
         types = sorted({d.bidder_type for devs in report.deviations.values() for d in devs})
         if types:
-            gains = Table(title="gain from deviating to the best alternative strategy "
-                                "(paired, mean +/- 95% CI; > 0: a profitable deviation)")
+            gains = Table(
+                title="gain from deviating to the best alternative strategy "
+                "(paired, mean +/- 95% CI; > 0: a profitable deviation)"
+            )
             gains.add_column("mechanism")
             for kind in types:
                 gains.add_column(kind, justify="right")
@@ -209,12 +269,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
             console.print(gains)
         for note in report.notes:
             console.print(f"note: {note}", markup=False, highlight=False)
-        print(f"tables: {out / 'mechanisms.md'}, {out / 'mechanisms.csv'}, "
-              f"{out / 'deviations.csv'}; plots: {(out / 'mechanisms.html').resolve().as_uri()}")
+        print(
+            f"tables: {out / 'mechanisms.md'}, {out / 'mechanisms.csv'}, "
+            f"{out / 'deviations.csv'}; plots: {(out / 'mechanisms.html').resolve().as_uri()}"
+        )
         failed, health = report.failed, report.health
     else:
-        rich = Table(title=f"{table.seat}: mean return +/- 95% CI over {len(table.seeds)} seed(s)"
-                           " (* best per scenario)")
+        rich = Table(
+            title=f"{table.seat}: mean return +/- 95% CI over {len(table.seeds)} seed(s)"
+            " (* best per scenario)"
+        )
         rich.add_column("agent")
         for scenario in table.scenarios:
             rich.add_column(scenario, justify="right")
@@ -234,80 +298,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 1 if failed else STRICT_EXIT if strict_failed else 0
 
 
-def scenario_code(name: str) -> str:
-    """A short column code for a scenario: its words' initials and its digits (MS0, ST)."""
-    return "".join(part if part.isdigit() else part[:1].upper() for part in name.split("_") if part)
-
-
-def cmd_expert_matrix(args: argparse.Namespace) -> int:
-    """``gpumarket eval --expert-matrix``: rule_expert minus each scripted bidder, per scenario."""
-    if args.mechanisms:
-        print("gpumarket eval: --expert-matrix and --mechanisms are two evaluations; give one",
-              file=sys.stderr)
-        return 2
-    if args.backend != "local":
-        print("gpumarket eval: --expert-matrix plays scripted seats in a local process pool; "
-              "drop --backend", file=sys.stderr)
-        return 2
-    out = args.out or Path("runs") / "expert_matrix"
-    try:
-        matrix = expert_matrix(
-            DEFAULT_SEEDS if args.seeds is None else args.seeds, out, args.workers,
-            members=_specs(args.agents) if args.agents else None,
-            scenarios=_specs(args.scenarios) if args.scenarios else None,
-            seat=args.seat, progress=not args.no_progress)
-    except RunConfigError as exc:
-        print(f"gpumarket eval: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("gpumarket eval: interrupted (the expert matrix is not resumable)", file=sys.stderr)
-        return 130
-    # members down, scenarios across (by code), means only: 13 x 10 cells with their CIs do not
-    # fit a terminal; the files hold the CIs
-    cells = {(c["member"], c["scenario"]): c for c in matrix.cells()}
-    codes = [scenario_code(s) for s in matrix.scenarios]
-    if len(set(codes)) < len(codes):
-        codes = [f"S{k}" for k in range(1, len(codes) + 1)]
-    width = max(len(m) for m in [*matrix.members, "member"])
-    print(f"{matrix.expert} minus each scripted bidder in {matrix.seat}: mean return difference "
-          f"over {len(matrix.seeds)} paired seed(s); > : 95% CI above 0")
-    print("member".ljust(width) + "".join(code.rjust(7) for code in codes))
-    for member in matrix.members:
-        print(member.ljust(width) + "".join(
-            f"{cells[(member, s)]['diff']:+.2f}{'>' if cells[(member, s)]['low'] > 0 else ' '}"
-            .rjust(7) for s in matrix.scenarios))
-    print("codes: " + ", ".join(f"{c}={s}" for c, s in zip(codes, matrix.scenarios, strict=True)))
-    behind = matrix.not_beaten()
-    tightest = sorted(cells.values(), key=lambda c: c["low"])[:3]
-    print(f"{len(cells) - len(behind)} of {len(cells)} cells above 0; lowest CI bounds: "
-          + "; ".join(f"{c['scenario']} / {c['member']} {c['diff']:+.3f} +/- {c['ci95']:.3f}"
-                      for c in tightest)
-          + "".join(f"\n  not beaten: {c['scenario']} / {c['member']}: {c['diff']:+.3f} +/- "
-                    f"{c['ci95']:.3f}" for c in behind[:10])
-          + (f"\n  ... and {len(behind) - 10} more" if len(behind) > 10 else ""))
-    for row in matrix.baseline():
-        print(f"{BASELINE[0]} minus {BASELINE[1]} in {row['scenario']}: {row['diff']:+.3f} +/- "
-              f"{row['ci95']:.3f}")
-    print(f"tables: {out / 'expert_matrix.md'}, {out / 'expert_matrix.csv'}")
-    for where, seeds in sorted(matrix.failed.items()):
-        for seed, error in sorted(seeds.items()):
-            print(f"gpumarket eval: {where}: episode seed {seed} failed: {error}", file=sys.stderr)
-    return 1 if matrix.failed else 0
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     return bench_command(args)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     if max(args.eval_seeds) >= rl_train.TRAIN_SEED_FLOOR:
-        print(f"gpumarket train: --eval-seeds must be below {rl_train.TRAIN_SEED_FLOOR} "
-              "(training draws its episode seeds at or above it)", file=sys.stderr)
+        print(
+            f"gpumarket train: --eval-seeds must be below {rl_train.TRAIN_SEED_FLOOR} "
+            "(training draws its episode seeds at or above it)",
+            file=sys.stderr,
+        )
         return 2
     try:
-        config = rl_train.TrainConfig(scenario=args.scenario, seat=args.seat, episodes=args.episodes,
-                                      seconds=args.seconds, seed=args.seed,
-                                      batch_episodes=args.batch, lr=args.lr)
+        config = rl_train.TrainConfig(
+            scenario=args.scenario,
+            seat=args.seat,
+            episodes=args.episodes,
+            seconds=args.seconds,
+            seed=args.seed,
+            batch_episodes=args.batch,
+            lr=args.lr,
+        )
         trainer = rl_train.Trainer(config)
     except ValueError as exc:
         print(f"gpumarket train: {one_line(exc)}", file=sys.stderr)
@@ -315,18 +327,25 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     def progress(point: dict[str, float]) -> None:
         if point["episodes"] % (20 * config.batch_episodes) < config.batch_episodes:
-            print(f"episodes {point['episodes']:>6}  {point['seconds']:7.1f}s  "
-                  f"mean return {point['mean_return']:+.3f}", flush=True)
+            print(
+                f"episodes {point['episodes']:>6}  {point['seconds']:7.1f}s  "
+                f"mean return {point['mean_return']:+.3f}",
+                flush=True,
+            )
 
     result = trainer.train(progress)
     checkpoint = rl_train.save_checkpoint(result, args.out / "policy.pt")
     rl_train.write_curve(result, args.out / "curve.json")
-    print(f"trained {result.episodes} episodes in {result.seconds:.1f}s: {checkpoint}, "
-          f"{args.out / 'curve.json'}")
+    print(
+        f"trained {result.episodes} episodes in {result.seconds:.1f}s: {checkpoint}, "
+        f"{args.out / 'curve.json'}"
+    )
     if result.interrupted:
-        print(f"gpumarket train: interrupted; the policy after {result.episodes} episodes is "
-              f"saved in {checkpoint} (evaluate it with torch_policy?path={checkpoint})",
-              file=sys.stderr)
+        print(
+            f"gpumarket train: interrupted; the policy after {result.episodes} episodes is "
+            f"saved in {checkpoint} (evaluate it with torch_policy?path={checkpoint})",
+            file=sys.stderr,
+        )
         return 130
     if not args.no_eval:
         report = rl_train.evaluate(checkpoint, args.scenario, args.seat, args.eval_seeds)
@@ -357,15 +376,22 @@ def cmd_agents(args: argparse.Namespace) -> int:
         if plugin.name in REGISTRY:
             continue
         if plugin.error is None:
-            print(f"{plugin.name:<18} {','.join(plugin.roles):<16} {plugin.doc} (plug-in {plugin.target})")
+            print(
+                f"{plugin.name:<18} {','.join(plugin.roles):<16} {plugin.doc} (plug-in {plugin.target})"
+            )
         else:
             broken.append(plugin.name)
             print(f"{plugin.name:<18} {'BROKEN':<16} plug-in {plugin.target}: {plugin.error}")
     if broken:
-        print(f"gpumarket agents: {len(broken)} plug-in(s) cannot be used ({', '.join(broken)}); "
-              "fix or uninstall the distribution that registers them", file=sys.stderr)
-    print("also: py:package.module:ClassName?..., llm:openai?model=...&base_url=..., llm:hf?path=..., "
-          "torch_policy?path=CHECKPOINT (a policy from gpumarket train)")
+        print(
+            f"gpumarket agents: {len(broken)} plug-in(s) cannot be used ({', '.join(broken)}); "
+            "fix or uninstall the distribution that registers them",
+            file=sys.stderr,
+        )
+    print(
+        "also: py:package.module:ClassName?..., llm:openai?model=...&base_url=..., llm:hf?path=..., "
+        "torch_policy?path=CHECKPOINT (a policy from gpumarket train)"
+    )
     return 0
 
 
@@ -400,6 +426,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _tournament_config(args: argparse.Namespace) -> tuple[object, int, int | None]:
     """The tournament configuration from the arguments; ValueError with one line if bad."""
+
     def specs(text: str) -> tuple[str, ...]:
         return tuple(s.strip() for s in text.split(",") if s.strip())
 
@@ -420,14 +447,21 @@ def _tournament_config(args: argparse.Namespace) -> tuple[object, int, int | Non
     for item in args.population:
         name, sep, members = item.partition("=")
         if not sep or not name.strip() or not specs(members):
-            raise ValueError(f"--population {item!r}: write NAME=A,B,..., "
-                             "e.g. mixed=shader,colluder")
+            raise ValueError(
+                f"--population {item!r}: write NAME=A,B,..., e.g. mixed=shader,colluder"
+            )
         populations = populations or {}
         if name.strip() in populations:
             raise ValueError(f"--population {name.strip()!r} given twice")
         populations[name.strip()] = specs(members)
-    config = TournamentConfig(args.scenario, specs(args.bidders), specs(args.designers), seeds,
-                              args.house_designer, populations)
+    config = TournamentConfig(
+        args.scenario,
+        specs(args.bidders),
+        specs(args.designers),
+        seeds,
+        args.house_designer,
+        populations,
+    )
     workers = count("--workers", args.workers, 1)
     limit = None if args.max_matches is None else count("--max-matches", args.max_matches, 0)
     return config, workers, limit
@@ -443,8 +477,12 @@ def cmd_tournament(args: argparse.Namespace) -> int:
         print(f"gpumarket tournament: {one_line(exc)}", file=sys.stderr)
         return 2
     console = Console()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("matches", total=None)
 
@@ -452,21 +490,33 @@ def cmd_tournament(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, total=total)
 
         try:
-            result = run_tournament(config, out, workers=workers, max_matches=limit,
-                                    progress=progress, backend=args.backend,
-                                    address=args.address, agent_timeout=args.agent_timeout)
+            result = run_tournament(
+                config,
+                out,
+                workers=workers,
+                max_matches=limit,
+                progress=progress,
+                backend=args.backend,
+                address=args.address,
+                agent_timeout=args.agent_timeout,
+            )
         except (TournamentError, ScenarioError) as exc:
             bar.stop()
             print(f"gpumarket tournament: {one_line(exc)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             bar.stop()
-            print(f"interrupted: finished matches are kept in {out}; rerun the same command to "
-                  "resume", file=sys.stderr)
+            print(
+                f"interrupted: finished matches are kept in {out}; rerun the same command to "
+                "resume",
+                file=sys.stderr,
+            )
             return 130
     console.print(rich_table(planned, result.rows, result.done))
     state = "complete" if result.complete else "partial: rerun the same command to continue"
-    console.print(f"{result.played} match(es) played now; {result.done} of {result.total} in "
-                  f"{out} ({state}). Tables: {out / 'ratings.md'}, {out / 'ratings.csv'}")
+    console.print(
+        f"{result.played} match(es) played now; {result.done} of {result.total} in "
+        f"{out} ({state}). Tables: {out / 'ratings.md'}, {out / 'ratings.csv'}"
+    )
     health = from_matches(load_records(out, planned).values())  # per agent: its seats rotate
     return STRICT_EXIT if _report_health(console, health, args.strict, "tournament") else 0

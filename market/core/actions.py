@@ -42,8 +42,12 @@ Text = Annotated[str, AfterValidator(_clip_text)]
 class _Action(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    agent: str | None = Field(None, description="Optional: the seat this action is for; must be the acting seat.")
-    reasoning: Text | None = Field(None, description="Optional free text (kept in transcripts, ignored by the market).")
+    agent: str | None = Field(
+        None, description="Optional: the seat this action is for; must be the acting seat."
+    )
+    reasoning: Text | None = Field(
+        None, description="Optional free text (kept in transcripts, ignored by the market)."
+    )
 
     if TYPE_CHECKING:  # every concrete action declares it as a Literal field with its one value
         action_type: str
@@ -90,10 +94,13 @@ class SendOffer(_Action):
     side: OfferSide = "sell"
     blocks: int = Field(ge=1, le=1_000_000)
     price: float = Field(ge=0.0, le=1e9)
-    delivery_round: int | None = Field(None, ge=0, description="Absolute round; default: the current round.")
-    expires_in: int = Field(1, ge=1, le=1000, description="Rounds the offer stays open (1: until this round's bidding).")
+    delivery_round: int | None = Field(
+        None, ge=0, description="Absolute round; default: the current round."
+    )
+    expires_in: int = Field(
+        1, ge=1, le=1000, description="Rounds the offer stays open (1: until this round's bidding)."
+    )
     message: Text | None = None
-
 
 
 class CounterOffer(_Action):
@@ -108,7 +115,6 @@ class CounterOffer(_Action):
     blocks: int = Field(ge=1, le=1_000_000)
     price: float = Field(ge=0.0, le=1e9)
     message: Text | None = None
-
 
 
 class AcceptOffer(_Action):
@@ -132,12 +138,13 @@ class FormCoalition(_Action):
     """
 
     action_type: Literal["form_coalition"] = "form_coalition"
-    members: list[str] = Field(min_length=1, max_length=64, description="Seats invited (not including yourself).")
+    members: list[str] = Field(
+        min_length=1, max_length=64, description="Seats invited (not including yourself)."
+    )
     purpose: Text = ""
     contribution: float = Field(0.0, ge=0.0, le=1e9)
     split: CoalitionSplit = "proportional"
     term_rounds: int = Field(1, ge=1, le=1000)
-
 
 
 class CommitToCoalition(_Action):
@@ -157,7 +164,6 @@ class SendMessage(_Action):
     text: Text
 
 
-
 class MakePitch(_Action):
     """Ask the judge for blocks from the judge pool this round."""
 
@@ -167,12 +173,14 @@ class MakePitch(_Action):
     job_id: str | None = None
     # optional structured claims; the judge checks each against the lab's true jobs
     claimed_deadline: int | None = Field(
-        None, ge=0, le=1_000_000, description="Optional claim: the round your job is due.")
+        None, ge=0, le=1_000_000, description="Optional claim: the round your job is due."
+    )
     claimed_blocks: int | None = Field(
-        None, ge=0, le=1_000_000, description="Optional claim: blocks your live jobs still need.")
+        None, ge=0, le=1_000_000, description="Optional claim: blocks your live jobs still need."
+    )
     claimed_value: float | None = Field(
-        None, ge=0.0, le=1e12, description="Optional claim: the job(s)' total value in credits.")
-
+        None, ge=0.0, le=1e12, description="Optional claim: the job(s)' total value in credits."
+    )
 
 
 class CounterPitch(_Action):
@@ -181,7 +189,6 @@ class CounterPitch(_Action):
     action_type: Literal["counter_pitch"] = "counter_pitch"
     target: str
     text: Text
-
 
 
 class AllocateToJob(_Action):
@@ -230,16 +237,42 @@ class Finish(_Action):
 
 
 Action = Annotated[
-    SetMechanism | SendOffer | CounterOffer | AcceptOffer | RejectOffer | FormCoalition
-    | CommitToCoalition | LeaveCoalition | SendMessage | MakePitch | CounterPitch
-    | AllocateToJob | Bid | Wait | Finish,
+    SetMechanism
+    | SendOffer
+    | CounterOffer
+    | AcceptOffer
+    | RejectOffer
+    | FormCoalition
+    | CommitToCoalition
+    | LeaveCoalition
+    | SendMessage
+    | MakePitch
+    | CounterPitch
+    | AllocateToJob
+    | Bid
+    | Wait
+    | Finish,
     Field(discriminator="action_type"),
 ]
 ACTION_CLASSES: dict[str, type[_Action]] = {
     cls.model_fields["action_type"].default: cls
-    for cls in (SetMechanism, SendOffer, CounterOffer, AcceptOffer, RejectOffer, FormCoalition,
-                CommitToCoalition, LeaveCoalition, SendMessage, MakePitch, CounterPitch,
-                AllocateToJob, Bid, Wait, Finish)
+    for cls in (
+        SetMechanism,
+        SendOffer,
+        CounterOffer,
+        AcceptOffer,
+        RejectOffer,
+        FormCoalition,
+        CommitToCoalition,
+        LeaveCoalition,
+        SendMessage,
+        MakePitch,
+        CounterPitch,
+        AllocateToJob,
+        Bid,
+        Wait,
+        Finish,
+    )
 }
 ACTION_TYPES: tuple[str, ...] = tuple(ACTION_CLASSES)
 ActionModel = _Action
@@ -290,9 +323,13 @@ def parse_action(raw: object, designer: bool = False) -> _Action:
         raise ActionParseError('no action given; send e.g. {"action_type": "wait"}')
     if not isinstance(raw, dict):
         raise ActionParseError(
-            f"an action must be a JSON object, got {type(raw).__name__}; e.g. {{\"action_type\": \"wait\"}}"
+            f'an action must be a JSON object, got {type(raw).__name__}; e.g. {{"action_type": "wait"}}'
         )
-    if designer and raw.get("action_type", "set_mechanism") == "set_mechanism" and "mechanism" not in raw:
+    if (
+        designer
+        and raw.get("action_type", "set_mechanism") == "set_mechanism"
+        and "mechanism" not in raw
+    ):
         flat = {k: v for k, v in raw.items() if k in _MECHANISM_KEYS}
         if flat or "action_type" not in raw:
             rest = {k: v for k, v in raw.items() if k not in _MECHANISM_KEYS and k != "action_type"}
@@ -300,7 +337,9 @@ def parse_action(raw: object, designer: bool = False) -> _Action:
     try:
         return action_adapter.validate_python(raw)
     except ValidationError as exc:
-        raise ActionParseError(f"invalid {raw.get('action_type', 'action')}: {_describe(exc)}") from None
+        raise ActionParseError(
+            f"invalid {raw.get('action_type', 'action')}: {_describe(exc)}"
+        ) from None
     except (TypeError, ValueError, RecursionError) as exc:
         raise ActionParseError(f"invalid action: {exc}") from None
 

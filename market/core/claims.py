@@ -46,7 +46,6 @@ class JudgeContext:
     pitching: int = 1  # how many labs pitched this round
 
 
-
 @dataclass(slots=True)
 class ClaimedPitch(Pitch):
     """A pitch with the optional structured claims of :class:`~market.core.actions.MakePitch`."""
@@ -62,7 +61,9 @@ def with_claims(pitch: Pitch, action: MakePitch) -> Pitch:
     if deadline is None and blocks is None and value is None:
         return pitch
     base = {f.name: getattr(pitch, f.name) for f in dataclasses.fields(Pitch)}
-    return ClaimedPitch(**base, claimed_deadline=deadline, claimed_blocks=blocks, claimed_value=value)
+    return ClaimedPitch(
+        **base, claimed_deadline=deadline, claimed_blocks=blocks, claimed_value=value
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,5 +380,3 @@ def _dedupe(claims: list[Claim]) -> list[Claim]:
             seen.add((c.kind, c.claimed))
             out.append(c)
     return out
-
-

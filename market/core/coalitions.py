@@ -61,17 +61,25 @@ class CoalitionBook:
         return float(sum(c.pool for c in self.coalitions.values() if c.status != "dissolved"))
 
     def of(self, lab: int) -> list[Coalition]:
-        return [c for c in self.coalitions.values() if c.status != "dissolved" and (lab in c.members or lab in c.invited)]
+        return [
+            c
+            for c in self.coalitions.values()
+            if c.status != "dissolved" and (lab in c.members or lab in c.invited)
+        ]
 
 
 def _escrow(world: World, coalition: Coalition, lab: int, amount: float) -> None:
     if world.labs[lab].budget + 1e-9 < amount:
-        raise ActionError(f"you have {world.labs[lab].budget:.2f} credits, not {amount:.2f}; contribute less")
+        raise ActionError(
+            f"you have {world.labs[lab].budget:.2f} credits, not {amount:.2f}; contribute less"
+        )
     escrow_credits(world, coalition.balances, lab, amount)
     coalition.contributed[lab] = coalition.contributed.get(lab, 0.0) + amount
 
 
-def handle_form(world: World, book: CoalitionBook, me: int, action: FormCoalition, now: int, rounds: int) -> Coalition:
+def handle_form(
+    world: World, book: CoalitionBook, me: int, action: FormCoalition, now: int, rounds: int
+) -> Coalition:
     invited = set()
     for seat in action.members:
         other = seat_index(seat, len(world.labs), "members")
@@ -81,12 +89,21 @@ def handle_form(world: World, book: CoalitionBook, me: int, action: FormCoalitio
             raise ActionError(f"{seat} is not in the market now; invite active labs only")
         invited.add(other)
     if sum(1 for c in book.of(me) if c.leader == me) >= MAX_OPEN_COALITIONS:
-        raise ActionError(f"you already lead {MAX_OPEN_COALITIONS} coalitions; leave one before proposing another")
+        raise ActionError(
+            f"you already lead {MAX_OPEN_COALITIONS} coalitions; leave one before proposing another"
+        )
     if world.labs[me].budget + 1e-9 < action.contribution:
-        raise ActionError(f"you have {world.labs[me].budget:.2f} credits, not {action.contribution:.2f}; contribute less")
+        raise ActionError(
+            f"you have {world.labs[me].budget:.2f} credits, not {action.contribution:.2f}; contribute less"
+        )
     coalition = Coalition(
-        coalition_id=f"c{book.next_id}", leader=me, invited=invited, purpose=action.purpose,
-        split=action.split, created_round=now, term_end=min(rounds - 1, now + action.term_rounds - 1),
+        coalition_id=f"c{book.next_id}",
+        leader=me,
+        invited=invited,
+        purpose=action.purpose,
+        split=action.split,
+        created_round=now,
+        term_end=min(rounds - 1, now + action.term_rounds - 1),
     )
     book.next_id += 1
     coalition.members.append(me)
@@ -95,10 +112,14 @@ def handle_form(world: World, book: CoalitionBook, me: int, action: FormCoalitio
     return coalition
 
 
-def handle_commit(world: World, book: CoalitionBook, me: int, action: CommitToCoalition) -> Coalition:
+def handle_commit(
+    world: World, book: CoalitionBook, me: int, action: CommitToCoalition
+) -> Coalition:
     coalition = book.coalitions.get(action.coalition_id)
     if coalition is None or coalition.status == "dissolved":
-        raise ActionError(f"coalition {action.coalition_id!r} is not open; use a coalition_id from your invitations")
+        raise ActionError(
+            f"coalition {action.coalition_id!r} is not open; use a coalition_id from your invitations"
+        )
     if me in coalition.members:
         raise ActionError(f"you are already a member of {coalition.coalition_id}")
     if me not in coalition.invited:
@@ -122,11 +143,21 @@ def dissolve(world: World, coalition: Coalition) -> None:
 
 
 def handle_leave(
-    world: World, book: CoalitionBook, me: int, action: LeaveCoalition, now: int, mechanism: Mechanism, forced: bool = False
+    world: World,
+    book: CoalitionBook,
+    me: int,
+    action: LeaveCoalition,
+    now: int,
+    mechanism: Mechanism,
+    forced: bool = False,
 ) -> tuple[Coalition, float]:
     """Leave; returns the coalition and the withdrawal penalty charged (breach)."""
     coalition = book.coalitions.get(action.coalition_id)
-    if coalition is None or coalition.status == "dissolved" or (me not in coalition.members and me not in coalition.invited):
+    if (
+        coalition is None
+        or coalition.status == "dissolved"
+        or (me not in coalition.members and me not in coalition.invited)
+    ):
         raise ActionError(f"you are not in coalition {action.coalition_id!r}")
     if me in coalition.invited:
         coalition.invited.discard(me)  # declining an invitation
@@ -134,7 +165,9 @@ def handle_leave(
     penalty = 0.0
     if coalition.status == "active" and now <= coalition.term_end and not forced:
         penalty = pay_operator(world, me, mechanism.withdrawal_penalty)
-        world.labs[me].reputation = max(0.0, world.labs[me].reputation - COALITION_EXIT_REPUTATION_LOSS)
+        world.labs[me].reputation = max(
+            0.0, world.labs[me].reputation - COALITION_EXIT_REPUTATION_LOSS
+        )
     _refund(world, coalition, me)
     coalition.members.remove(me)
     if coalition.leader == me and coalition.members:
@@ -173,5 +206,10 @@ def charge_pool(world: World, coalition: Coalition, amount: float) -> dict[int, 
 def end_of_round(world: World, book: CoalitionBook, now: int) -> None:
     """Lapse unjoined proposals and dissolve coalitions whose term ended."""
     for coalition in book.coalitions.values():
-        if coalition.status == "proposed" and coalition.created_round <= now or coalition.status == "active" and coalition.term_end <= now:
+        if (
+            coalition.status == "proposed"
+            and coalition.created_round <= now
+            or coalition.status == "active"
+            and coalition.term_end <= now
+        ):
             dissolve(world, coalition)

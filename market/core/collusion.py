@@ -120,6 +120,8 @@ class EdgeData(TypedDict):
     trades: int
     coalition_rounds: int
     declared: bool
+
+
 _NO_ROUND = sys.maxsize
 
 

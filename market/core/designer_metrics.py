@@ -34,12 +34,17 @@ def demand(world: World, active: list[int], reliability: float) -> Demand:
     owners: list[int] = []
     for i in active:
         for job in world.labs[i].jobs:
-            if job.status == "active" and job.min_reliability <= reliability and job.progress < job.size:
+            if (
+                job.status == "active"
+                and job.min_reliability <= reliability
+                and job.progress < job.size
+            ):
                 unit_values.append(job.value / job.size)
                 remaining.append(job.size - job.progress)
                 owners.append(i)
-    return Demand(np.array(unit_values), np.array(remaining, dtype=np.int64),
-                  np.array(owners, dtype=np.int64))
+    return Demand(
+        np.array(unit_values), np.array(remaining, dtype=np.int64), np.array(owners, dtype=np.int64)
+    )
 
 
 def satisfaction(active: list[int], allocated: np.ndarray, d: Demand, blocks: int) -> np.ndarray:
@@ -65,8 +70,15 @@ def bidding_labs(entries: list[BidEntry], coalitions: CoalitionBook) -> set[int]
 
 
 def designer_parts(
-    active: list[int], allocated_value: np.ndarray, d: Demand, blocks_total: int, optimum: float,
-    bidders: set[int], result: RoundResult, previous_price: float | None, rewards: RewardSpec,
+    active: list[int],
+    allocated_value: np.ndarray,
+    d: Demand,
+    blocks_total: int,
+    optimum: float,
+    bidders: set[int],
+    result: RoundResult,
+    previous_price: float | None,
+    rewards: RewardSpec,
 ) -> tuple[dict[str, float], float]:
     """The designer's round metrics with their ``composite``, and the allocated welfare."""
     sat = satisfaction(active, allocated_value, d, blocks_total)
@@ -81,7 +93,12 @@ def designer_parts(
         "revenue": result.revenue / max(1.0, result.capacity * rewards.value_unit),
     }
     parts["composite"] = designer_composite(
-        parts["welfare_ratio"], parts["fairness"], parts["participation"], parts["stability"],
-        dict(rewards.designer_weights), parts["revenue"], rewards.designer_revenue_weight,
+        parts["welfare_ratio"],
+        parts["fairness"],
+        parts["participation"],
+        parts["stability"],
+        dict(rewards.designer_weights),
+        parts["revenue"],
+        rewards.designer_revenue_weight,
     )
     return parts, allocated

@@ -62,7 +62,9 @@ def _edf_key(job: Job) -> tuple[int, int, str]:
     return (job.deadline, job.arrival, job.job_id)
 
 
-def assign_blocks(jobs: list[Job], blocks: int, plan: dict[str, int], reliability: float) -> list[tuple[Job, int]]:
+def assign_blocks(
+    jobs: list[Job], blocks: int, plan: dict[str, int], reliability: float
+) -> list[tuple[Job, int]]:
     """Blocks per job: the plan first (in its order), then earliest deadline first; never more
     than a job's remaining size."""
     if not plan:  # the common case: earliest deadline first, same order as below
@@ -107,14 +109,16 @@ def run_blocks(assignment: list[tuple[Job, int]], successes: np.ndarray) -> int:
     k = 0
     total = 0
     for job, n in assignment:
-        gained = int(successes[k:k + n].sum())
+        gained = int(successes[k : k + n].sum())
         job.progress = min(job.size, job.progress + gained)
         total += gained
         k += n
     return total
 
 
-def failure_draws(rng: np.random.Generator, n_labs: int, max_blocks: int, reliability: float) -> np.ndarray:
+def failure_draws(
+    rng: np.random.Generator, n_labs: int, max_blocks: int, reliability: float
+) -> np.ndarray:
     """Success flags, shape (labs, max_blocks): entry (i, k) is lab i's k-th block this round.
 
     Drawn column by column, so entry (i, k) is draw number k * n_labs + i whatever the other labs

@@ -13,7 +13,9 @@ from market.core.shocks import Shock
 from market.core.world import World
 
 
-def apply_round_shocks(world: World, shocks: list[Shock], r: int, retire: Callable[[int], None]) -> None:
+def apply_round_shocks(
+    world: World, shocks: list[Shock], r: int, retire: Callable[[int], None]
+) -> None:
     """Apply round ``r``'s targeted shocks in schedule order; ``retire(lab)`` handles exits."""
     for shock in shocks:
         if shock.round != r or shock.target is None:
@@ -32,8 +34,10 @@ def admit_entrants(world: World, shocks: list[Shock], r: int) -> list[str]:
     (an entrant whose exit shock has come never enters); returns their seats."""
     seats = []
     for i, lab in enumerate(world.labs):
-        if world.entry_round[i] == r and not lab.entered and not any(
-            s.kind == "lab_exit" and s.target == i and s.round <= r for s in shocks
+        if (
+            world.entry_round[i] == r
+            and not lab.entered
+            and not any(s.kind == "lab_exit" and s.target == i and s.round <= r for s in shocks)
         ):
             lab.entered = lab.active = True
             seats.append(lab.seat)
@@ -41,8 +45,13 @@ def admit_entrants(world: World, shocks: list[Shock], r: int) -> list[str]:
 
 
 def retire_lab(
-    world: World, book: negotiation.Book, coalitions: coal.CoalitionBook, lab_index: int, now: int,
-    mechanism: Mechanism, voluntary: bool,
+    world: World,
+    book: negotiation.Book,
+    coalitions: coal.CoalitionBook,
+    lab_index: int,
+    now: int,
+    mechanism: Mechanism,
+    voluntary: bool,
 ) -> tuple[list[execution.Breach], list[float]]:
     """Lab ``lab_index`` leaves (finish or exit shock): live jobs settle now, its offers void, the
     forward contracts it sold are delivered or breached, and it leaves its coalitions (pools
@@ -66,8 +75,13 @@ def retire_lab(
     penalties = []
     for c in list(coalitions.of(lab_index)):
         _, penalty = coal.handle_leave(
-            world, coalitions, lab_index, LeaveCoalition(coalition_id=c.coalition_id),
-            now, mechanism, forced=not voluntary,
+            world,
+            coalitions,
+            lab_index,
+            LeaveCoalition(coalition_id=c.coalition_id),
+            now,
+            mechanism,
+            forced=not voluntary,
         )
         penalties.append(penalty)
     return breaches, penalties

@@ -36,22 +36,53 @@ class Mechanism(BaseModel):
         "(or the reserve); vcg: each winner pays its externality; fair_share: max-min fair split "
         "of capacity by stated demand at the reserve; posted_price: reserve price, rationed by lottery.",
     )
-    reserve_price: float = Field(0.0, ge=0.0, le=1e9, description="No block sells below it (credits per block).")
+    reserve_price: float = Field(
+        0.0, ge=0.0, le=1e9, description="No block sells below it (credits per block)."
+    )
     reveal_reserve: bool = Field(True, description="Bidders see the reserve price before bidding.")
-    reveal_competing_bids: bool = Field(False, description="After clearing, bidders see every bid schedule (anonymised unless winner identities are revealed).")
-    reveal_winner_identity: bool = Field(True, description="After clearing, bidders see who won how many blocks.")
-    reveal_clearing_price: bool = Field(True, description="After clearing, bidders see the clearing price.")
-    reveal_bid_distribution: bool = Field(False, description="After clearing, bidders see summary statistics of all bids.")
-    shill_penalty: float = Field(0.0, ge=0.0, le=1e9, description="Credits charged per block of a detected shill bid (bids beyond a lab's true need that set the price or win idle blocks).")
-    withdrawal_penalty: float = Field(0.0, ge=0.0, le=1e9, description="Credits charged per block undelivered on a forward contract, and per breach of a coalition commitment.")
-    collusion_penalty: float = Field(0.0, ge=0.0, le=1e9, description="Credits charged to each member of a detected cartel, per round, when the coalition policy penalises it.")
+    reveal_competing_bids: bool = Field(
+        False,
+        description="After clearing, bidders see every bid schedule (anonymised unless winner identities are revealed).",
+    )
+    reveal_winner_identity: bool = Field(
+        True, description="After clearing, bidders see who won how many blocks."
+    )
+    reveal_clearing_price: bool = Field(
+        True, description="After clearing, bidders see the clearing price."
+    )
+    reveal_bid_distribution: bool = Field(
+        False, description="After clearing, bidders see summary statistics of all bids."
+    )
+    shill_penalty: float = Field(
+        0.0,
+        ge=0.0,
+        le=1e9,
+        description="Credits charged per block of a detected shill bid (bids beyond a lab's true need that set the price or win idle blocks).",
+    )
+    withdrawal_penalty: float = Field(
+        0.0,
+        ge=0.0,
+        le=1e9,
+        description="Credits charged per block undelivered on a forward contract, and per breach of a coalition commitment.",
+    )
+    collusion_penalty: float = Field(
+        0.0,
+        ge=0.0,
+        le=1e9,
+        description="Credits charged to each member of a detected cartel, per round, when the coalition policy penalises it.",
+    )
     coalition_policy: CoalitionPolicy = Field(
         "allow",
         description="allow: declared coalitions may bid jointly, no collusion penalties; restrict: joint bids "
         "are forbidden; penalize_suspected / penalize_confirmed: undeclared cartels are charged "
         "collusion_penalty once their suspicion score reaches the suspected / confirmed threshold.",
     )
-    judge_pool_share: float = Field(0.0, ge=0.0, le=1.0, description="Fraction of the round's capacity granted free by the judge to the strongest pitches instead of auctioned.")
+    judge_pool_share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of the round's capacity granted free by the judge to the strongest pitches instead of auctioned.",
+    )
 
 
 @dataclass(slots=True)
@@ -303,7 +334,9 @@ def _vcg_payments(
     from_others = prefix[t] - (own_prefix[start + c] - own_prefix[start])
     all_others = prefix[n_rej] - (own_prefix[end] - own_prefix[start])
     short = units - (n_rej - n_own)
-    externality: np.ndarray = np.where(enough, from_others, all_others + np.maximum(short, 0) * reserve)
+    externality: np.ndarray = np.where(
+        enough, from_others, all_others + np.maximum(short, 0) * reserve
+    )
     return externality
 
 

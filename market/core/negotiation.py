@@ -104,7 +104,11 @@ class Book:
 
     def committed(self, seller: int, round_: int) -> int:
         """Blocks ``seller`` has promised on open forward contracts for ``round_``."""
-        return sum(c.blocks for c in self.contracts if c.seller == seller and c.delivery_round == round_ and c.delivered < 0)
+        return sum(
+            c.blocks
+            for c in self.contracts
+            if c.seller == seller and c.delivery_round == round_ and c.delivered < 0
+        )
 
 
 def seat_index(seat: str, n_labs: int, field_name: str) -> int:
@@ -112,7 +116,9 @@ def seat_index(seat: str, n_labs: int, field_name: str) -> int:
         raise ActionError(f"{field_name} must be a bidder seat such as 'bidder_1', got {seat!r}")
     index = lab_index(seat)
     if index >= n_labs:
-        raise ActionError(f"{field_name} {seat!r} does not exist; seats are {bidder_seat(0)} .. {bidder_seat(n_labs - 1)}")
+        raise ActionError(
+            f"{field_name} {seat!r} does not exist; seats are {bidder_seat(0)} .. {bidder_seat(n_labs - 1)}"
+        )
     return index
 
 
@@ -121,11 +127,15 @@ def _active_counterparty(world: World, seat: str, me: int, field_name: str) -> i
     if other == me:
         raise ActionError(f"{field_name} is yourself; address another lab")
     if not world.labs[other].active:
-        raise ActionError(f"{seat} is not in the market now; pick an active lab from the observation")
+        raise ActionError(
+            f"{seat} is not in the market now; pick an active lab from the observation"
+        )
     return other
 
 
-def _check_can_deliver(world: World, book: Book, seller: int, blocks: int, delivery: int, now: int, who: str) -> None:
+def _check_can_deliver(
+    world: World, book: Book, seller: int, blocks: int, delivery: int, now: int, who: str
+) -> None:
     owned = int(world.holdings[seller, delivery])
     free = owned - book.committed(seller, delivery)  # contracts due now deliver at the round's end
     if free < blocks:
@@ -143,21 +153,34 @@ def _check_can_pay(world: World, buyer: int, price: float, who: str) -> None:
         )
 
 
-def handle_send_offer(world: World, book: Book, me: int, action: SendOffer, now: int, rounds: int) -> Offer:
+def handle_send_offer(
+    world: World, book: Book, me: int, action: SendOffer, now: int, rounds: int
+) -> Offer:
     other = _active_counterparty(world, action.to, me, "to")
     delivery = now if action.delivery_round is None else action.delivery_round
     if not now <= delivery < rounds:
-        raise ActionError(f"delivery_round must be between the current round {now} and the last round {rounds - 1}")
+        raise ActionError(
+            f"delivery_round must be between the current round {now} and the last round {rounds - 1}"
+        )
     if book.open_offers_of(me) >= MAX_OPEN_OFFERS:
-        raise ActionError(f"you already have {MAX_OPEN_OFFERS} open offers; wait for replies or withdraw one with reject_offer")
+        raise ActionError(
+            f"you already have {MAX_OPEN_OFFERS} open offers; wait for replies or withdraw one with reject_offer"
+        )
     if action.side == "sell":
         _check_can_deliver(world, book, me, action.blocks, delivery, now, "you")
     else:
         _check_can_pay(world, me, action.price, "you")
     offer = Offer(
-        offer_id=f"o{book.next_offer}", sender=me, recipient=other, side=action.side,
-        blocks=action.blocks, price=action.price, delivery_round=delivery, created_round=now,
-        expires_round=min(delivery, now + action.expires_in - 1), message=action.message,  # never open past delivery
+        offer_id=f"o{book.next_offer}",
+        sender=me,
+        recipient=other,
+        side=action.side,
+        blocks=action.blocks,
+        price=action.price,
+        delivery_round=delivery,
+        created_round=now,
+        expires_round=min(delivery, now + action.expires_in - 1),
+        message=action.message,  # never open past delivery
     )
     book.next_offer += 1
     book.offers[offer.offer_id] = offer
@@ -167,27 +190,44 @@ def handle_send_offer(world: World, book: Book, me: int, action: SendOffer, now:
 def _open_offer_to_me(book: Book, offer_id: str, me: int, verb: str) -> Offer:
     offer = book.offers.get(offer_id)
     if offer is None:
-        raise ActionError(f"offer {offer_id!r} does not exist; use an offer_id from offers_received")
+        raise ActionError(
+            f"offer {offer_id!r} does not exist; use an offer_id from offers_received"
+        )
     if offer.recipient != me:
-        raise ActionError(f"offer {offer_id} is not addressed to you; you can only {verb} offers in offers_received")
+        raise ActionError(
+            f"offer {offer_id} is not addressed to you; you can only {verb} offers in offers_received"
+        )
     if offer.status != "open":
-        raise ActionError(f"offer {offer_id} is already {offer.status}; it can no longer be {verb}ed")
+        raise ActionError(
+            f"offer {offer_id} is already {offer.status}; it can no longer be {verb}ed"
+        )
     return offer
 
 
-def handle_counter(world: World, book: Book, me: int, action: CounterOffer, now: int, rounds: int) -> Offer:
+def handle_counter(
+    world: World, book: Book, me: int, action: CounterOffer, now: int, rounds: int
+) -> Offer:
     original = _open_offer_to_me(book, action.offer_id, me, "counter")
     side: OfferSide = "buy" if original.side == "sell" else "sell"
     if book.open_offers_of(me) >= MAX_OPEN_OFFERS:
-        raise ActionError(f"you already have {MAX_OPEN_OFFERS} open offers; wait for replies or withdraw one with reject_offer")
+        raise ActionError(
+            f"you already have {MAX_OPEN_OFFERS} open offers; wait for replies or withdraw one with reject_offer"
+        )
     if side == "sell":
         _check_can_deliver(world, book, me, action.blocks, original.delivery_round, now, "you")
     else:
         _check_can_pay(world, me, action.price, "you")
     counter = Offer(
-        offer_id=f"o{book.next_offer}", sender=me, recipient=original.sender, side=side,
-        blocks=action.blocks, price=action.price, delivery_round=original.delivery_round,
-        created_round=now, expires_round=max(original.expires_round, now), message=action.message,
+        offer_id=f"o{book.next_offer}",
+        sender=me,
+        recipient=original.sender,
+        side=side,
+        blocks=action.blocks,
+        price=action.price,
+        delivery_round=original.delivery_round,
+        created_round=now,
+        expires_round=max(original.expires_round, now),
+        message=action.message,
         countered_from=original.offer_id,
     )
     book.next_offer += 1
@@ -199,7 +239,9 @@ def handle_counter(world: World, book: Book, me: int, action: CounterOffer, now:
 def handle_reject(book: Book, me: int, action: RejectOffer) -> Offer:
     offer = book.offers.get(action.offer_id)
     if offer is None:
-        raise ActionError(f"offer {action.offer_id!r} does not exist; use an offer_id from your observation")
+        raise ActionError(
+            f"offer {action.offer_id!r} does not exist; use an offer_id from your observation"
+        )
     if offer.status != "open":
         raise ActionError(f"offer {offer.offer_id} is already {offer.status}")
     if offer.recipient == me:
@@ -211,7 +253,9 @@ def handle_reject(book: Book, me: int, action: RejectOffer) -> Offer:
     return offer
 
 
-def handle_accept(world: World, book: Book, me: int, action: AcceptOffer, now: int) -> tuple[Offer, Contract | None]:
+def handle_accept(
+    world: World, book: Book, me: int, action: AcceptOffer, now: int
+) -> tuple[Offer, Contract | None]:
     """Accept: credits move now; current-round blocks move now, later ones become a contract.
 
     If the acceptor cannot honour its side, the action is invalid. If the sender no longer can,
@@ -219,7 +263,9 @@ def handle_accept(world: World, book: Book, me: int, action: AcceptOffer, now: i
     """
     offer = _open_offer_to_me(book, action.offer_id, me, "accept")
     if offer.expires_round < now:
-        raise ActionError(f"offer {offer.offer_id} expired at the end of round {offer.expires_round}")
+        raise ActionError(
+            f"offer {offer.offer_id} expired at the end of round {offer.expires_round}"
+        )
     seller, buyer = offer.seller, offer.buyer
     if not world.labs[offer.sender].active:
         offer.status = "void"
@@ -236,7 +282,9 @@ def handle_accept(world: World, book: Book, me: int, action: AcceptOffer, now: i
         if acceptor_role == "seller":
             _check_can_pay(world, buyer, offer.price, "the sender")
         else:
-            _check_can_deliver(world, book, seller, offer.blocks, offer.delivery_round, now, "the sender")
+            _check_can_deliver(
+                world, book, seller, offer.blocks, offer.delivery_round, now, "the sender"
+            )
     except ActionError:
         offer.status = "void"
         return offer, None
@@ -246,7 +294,9 @@ def handle_accept(world: World, book: Book, me: int, action: AcceptOffer, now: i
     if offer.delivery_round == now:
         move_blocks(world, seller, buyer, now, offer.blocks)
     else:
-        contract = Contract(f"k{book.next_contract}", seller, buyer, offer.blocks, offer.price, offer.delivery_round)
+        contract = Contract(
+            f"k{book.next_contract}", seller, buyer, offer.blocks, offer.price, offer.delivery_round
+        )
         book.next_contract += 1
         book.contracts.append(contract)
     return offer, contract
@@ -273,8 +323,12 @@ def handle_message(world: World, book: Book, me: int, action: SendMessage, now: 
 def handle_pitch(world: World, book: Book, me: int, action: MakePitch, now: int) -> Pitch:
     if not action.text.strip():
         raise ActionError("text is empty; explain to the judge why you need blocks")
-    if action.job_id is not None and not any(j.job_id == action.job_id for j in world.labs[me].live_jobs()):
-        raise ActionError(f"job_id {action.job_id!r} is not one of your active jobs; omit it or use one from your jobs")
+    if action.job_id is not None and not any(
+        j.job_id == action.job_id for j in world.labs[me].live_jobs()
+    ):
+        raise ActionError(
+            f"job_id {action.job_id!r} is not one of your active jobs; omit it or use one from your jobs"
+        )
     pitch = Pitch(me, action.text, action.blocks_requested, action.job_id, now)
     book.pitches[me] = pitch  # a later pitch replaces the earlier one: repeating earns nothing
     return pitch
@@ -284,7 +338,9 @@ def handle_counter_pitch(world: World, book: Book, me: int, action: CounterPitch
     target = _active_counterparty(world, action.target, me, "target")
     pitch = book.pitches.get(target)
     if pitch is None:
-        raise ActionError(f"{action.target} has not pitched this round; there is nothing to counter")
+        raise ActionError(
+            f"{action.target} has not pitched this round; there is nothing to counter"
+        )
     if not action.text.strip():
         raise ActionError("text is empty; say what is wrong with the pitch")
     pitch.counters.append((me, action.text))

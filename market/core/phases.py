@@ -17,9 +17,19 @@ TALK_ACTIONS = frozenset(
 LEGAL: dict[str, tuple[str, ...]] = {
     "design": ("set_mechanism", "wait"),
     "negotiation": (
-        "send_offer", "counter_offer", "accept_offer", "reject_offer", "form_coalition",
-        "commit_to_coalition", "leave_coalition", "send_message", "make_pitch", "counter_pitch",
-        "allocate_to_job", "wait", "finish",
+        "send_offer",
+        "counter_offer",
+        "accept_offer",
+        "reject_offer",
+        "form_coalition",
+        "commit_to_coalition",
+        "leave_coalition",
+        "send_message",
+        "make_pitch",
+        "counter_pitch",
+        "allocate_to_job",
+        "wait",
+        "finish",
     ),
     "bidding": ("bid", "allocate_to_job", "wait", "finish"),
     "done": (),
@@ -42,7 +52,11 @@ def round_schedule(
 def check_turn(act: ActionModel, agent: str, phase: str) -> None:
     """Raise :class:`ActionError` unless ``act`` is ``agent``'s to take in ``phase``."""
     if act.agent is not None and act.agent != agent:
-        raise ActionError(f"this action is addressed to {act.agent!r} but it is {agent}'s turn; drop 'agent' or set it to {agent!r}")
+        raise ActionError(
+            f"this action is addressed to {act.agent!r} but it is {agent}'s turn; drop 'agent' or set it to {agent!r}"
+        )
     legal = LEGAL[phase]
     if act.action_type not in legal:
-        raise ActionError(f"{act.action_type} is not allowed in the {phase} phase; legal now: {', '.join(legal)}")
+        raise ActionError(
+            f"{act.action_type} is not allowed in the {phase} phase; legal now: {', '.join(legal)}"
+        )

@@ -10,7 +10,11 @@ from market.core.world import Job, World
 
 
 def run_round_blocks(
-    world: World, active: list[int], now: int, plans: dict[int, dict[str, int]], reliability: float,
+    world: World,
+    active: list[int],
+    now: int,
+    plans: dict[int, dict[str, int]],
+    reliability: float,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """Run the blocks held for round ``now``; returns each lab's allocated value (before failures)."""
@@ -19,7 +23,9 @@ def run_round_blocks(
     held = world.holdings[:, now].tolist()
     for i in active:
         if held[i] > 0:
-            assignment = execution.assign_blocks(world.labs[i].jobs, held[i], plans.get(i, {}), reliability)
+            assignment = execution.assign_blocks(
+                world.labs[i].jobs, held[i], plans.get(i, {}), reliability
+            )
             if assignment:
                 assignments[i] = assignment
                 allocated_value[i] = sum(job.unit_value * n for job, n in assignment)

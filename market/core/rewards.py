@@ -43,7 +43,7 @@ def optimal_welfare(unit_values: np.ndarray, remaining: np.ndarray, blocks: int)
     units = np.repeat(unit_values, remaining)
     if units.size > blocks:
         # partition's output order depends on the CPU's SIMD path: sum exactly (order-free)
-        units = np.partition(units, units.size - blocks)[units.size - blocks:]
+        units = np.partition(units, units.size - blocks)[units.size - blocks :]
     return math.fsum(units.tolist())
 
 
@@ -69,7 +69,14 @@ def bid_distribution(bids: list[float]) -> dict[str, float]:
     std = math.sqrt(math.fsum((b - mean) * (b - mean) for b in s) / n)
     mid = n // 2
     median = s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
-    return {"count": float(n), "mean": mean, "std": std, "min": s[0], "max": s[-1], "median": median}
+    return {
+        "count": float(n),
+        "mean": mean,
+        "std": std,
+        "min": s[0],
+        "max": s[-1],
+        "median": median,
+    }
 
 
 def stability(price: float, previous: float | None) -> float:
@@ -89,7 +96,12 @@ def designer_composite(
     revenue_norm: float = 0.0,
     revenue_weight: float = 0.0,
 ) -> float:
-    parts: dict[DesignerWeight, float] = {"welfare_ratio": welfare_ratio, "fairness": fairness, "participation": participation, "stability": stability_}
+    parts: dict[DesignerWeight, float] = {
+        "welfare_ratio": welfare_ratio,
+        "fairness": fairness,
+        "participation": participation,
+        "stability": stability_,
+    }
     composite = 1.0
     for name, value in parts.items():
         composite *= max(0.0, value) ** weights.get(name, 1.0)

@@ -46,8 +46,11 @@ class RoundClose:
 def breach_rewards(breach: execution.Breach) -> list[RewardEvent]:
     """The seller's penalty and refund and the buyer's refund for a breached contract."""
     seller, buyer = breach.contract.seller, breach.contract.buyer
-    return [(seller, "withdrawal_penalty", -breach.penalty), (seller, "trade_balance", -breach.refund),
-            (buyer, "trade_balance", breach.refund)]
+    return [
+        (seller, "withdrawal_penalty", -breach.penalty),
+        (seller, "trade_balance", -breach.refund),
+        (buyer, "trade_balance", breach.refund),
+    ]
 
 
 class RoundState(Protocol):
@@ -85,16 +88,36 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
     world, orders, mechanism, now = m.world, m.orders, m.mechanism, m.round
     active = [i for i, lab in enumerate(world.labs) if lab.active]
     reliability = float(world.reliability[now])
-    blocks_total = int(world.capacity[now]) + int(world.holdings[active, now].sum()) if active else 0
+    blocks_total = (
+        int(world.capacity[now]) + int(world.holdings[active, now].sum()) if active else 0
+    )
     entries = orders.entries(world, m.coalitions)
     round_rng = m.streams.stream("clearing", now)
     priority = round_rng.permutation(len(world.labs))
-    lottery = m.streams.stream("clearing", now, 1) if mechanism.auction_type == "posted_price" else _NO_LOTTERY
-    result = clear_round(world, m.book, m.coalitions, m.graph, entries, mechanism, now, priority, lottery,
-                         m.judge, m.judge_history)
+    lottery = (
+        m.streams.stream("clearing", now, 1)
+        if mechanism.auction_type == "posted_price"
+        else _NO_LOTTERY
+    )
+    result = clear_round(
+        world,
+        m.book,
+        m.coalitions,
+        m.graph,
+        entries,
+        mechanism,
+        now,
+        priority,
+        lottery,
+        m.judge,
+        m.judge_history,
+    )
     rewards: list[RewardEvent] = []
-    for component, amounts in (("auction_payments", result.paid), ("shill_penalty", result.shill),
-                               ("collusion_penalty", result.collusion)):
+    for component, amounts in (
+        ("auction_payments", result.paid),
+        ("shill_penalty", result.shill),
+        ("collusion_penalty", result.collusion),
+    ):
         rewards += [(lab, component, -amount) for lab, amount in amounts.items()]
     for breach in execution.settle_contracts(world, m.book, now, mechanism.withdrawal_penalty):
         rewards += breach_rewards(breach)
@@ -109,6 +132,15 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
         rewards.append((i, "job_value", value - potential[i]))
         potential[i] = value
     bidders = bidding_labs(entries, m.coalitions)
-    parts, allocated = designer_parts(active, allocated_value, wanted, blocks_total, optimum, bidders,
-                                      result, m.prices[-1] if m.prices else None, m.scenario.rewards)
+    parts, allocated = designer_parts(
+        active,
+        allocated_value,
+        wanted,
+        blocks_total,
+        optimum,
+        bidders,
+        result,
+        m.prices[-1] if m.prices else None,
+        m.scenario.rewards,
+    )
     return RoundClose(result, rewards, parts, optimum, allocated)

@@ -54,8 +54,12 @@ class RoundResult:
     sold: int
     revenue: float
     bids: list[BidEntry]
-    won: dict[int, int] = field(default_factory=dict)  # blocks won at auction, per lab (after coalition splits)
-    paid: dict[int, float] = field(default_factory=dict)  # auction payments per lab (coalition share included)
+    won: dict[int, int] = field(
+        default_factory=dict
+    )  # blocks won at auction, per lab (after coalition splits)
+    paid: dict[int, float] = field(
+        default_factory=dict
+    )  # auction payments per lab (coalition share included)
     verdicts: list[Verdict] = field(default_factory=list)
     shill: dict[int, float] = field(default_factory=dict)
     collusion: dict[int, float] = field(default_factory=dict)
@@ -95,15 +99,18 @@ def clear_round(
 ) -> RoundResult:
     # one canonical row order (labs by index, then coalitions by id), so that payments, budgets
     # and revenue come out bit-identical whatever order the caller listed the bids in
-    entries = sorted(entries, key=lambda e: (e.coalition_id is not None, e.coalition_id or "", e.lab))
+    entries = sorted(
+        entries, key=lambda e: (e.coalition_id is not None, e.coalition_id or "", e.lab)
+    )
     reserve = max(mechanism.reserve_price, float(world.energy_floor[now]))
     capacity = int(world.capacity[now])
     pool = int(np.floor(capacity * mechanism.judge_pool_share + 1e-9))
     verdicts: list[Verdict] = []
     granted = 0
     if pool > 0 and book.pitches:
-        verdicts = allocate_judge_pool(book.pitches, world.labs, pool, now, float(world.reliability[now]),
-                                       judge, judge_history)
+        verdicts = allocate_judge_pool(
+            book.pitches, world.labs, pool, now, float(world.reliability[now]), judge, judge_history
+        )
         for v in verdicts:
             issue_blocks(world, v.lab, now, v.granted)
             granted += v.granted
@@ -112,17 +119,27 @@ def clear_round(
                 lab.reputation = max(0.0, lab.reputation - FALSE_CLAIM_REPUTATION_LOSS)
     needs = {e.lab: true_need(world, e.lab, now) for e in entries if e.coalition_id is None}
     # a member may have left after the leader bid: a coalition bids only what its pool can pay
-    entries = [e if e.coalition_id is None else BidEntry(e.lab, _affordable(e.bids, coalitions.coalitions[e.coalition_id].pool), e.coalition_id)
-               for e in entries]
+    entries = [
+        e
+        if e.coalition_id is None
+        else BidEntry(
+            e.lab, _affordable(e.bids, coalitions.coalitions[e.coalition_id].pool), e.coalition_id
+        )
+        for e in entries
+    ]
     auctioned = capacity - granted
     width = max((len(e.bids) for e in entries), default=0)
     matrix = np.full((len(entries), max(width, 1)), -1.0)
     for row, entry in enumerate(entries):
         matrix[row, : len(entry.bids)] = entry.bids
     row_priority = np.array([priority[e.lab] for e in entries], dtype=np.int64)
-    result = RoundResult(now, mechanism, reserve, capacity, auctioned, reserve, 0, 0.0, entries, verdicts=verdicts)
+    result = RoundResult(
+        now, mechanism, reserve, capacity, auctioned, reserve, 0, 0.0, entries, verdicts=verdicts
+    )
     if entries:
-        outcome = clear(matrix, auctioned, mechanism.auction_type, reserve, row_priority, lottery_rng)
+        outcome = clear(
+            matrix, auctioned, mechanism.auction_type, reserve, row_priority, lottery_rng
+        )
         result.price = float(outcome.price)
         for row, entry in enumerate(entries):
             blocks, payment = int(outcome.alloc[row]), float(outcome.payments[row])
@@ -149,7 +166,9 @@ def clear_round(
                 sets_price = outcome.price_setter == row and won >= need and len(entry.bids) > won
                 flagged += int(sets_price)
                 if flagged:
-                    result.shill[entry.lab] = pay_operator(world, entry.lab, mechanism.shill_penalty * flagged)
+                    result.shill[entry.lab] = pay_operator(
+                        world, entry.lab, mechanism.shill_penalty * flagged
+                    )
     # collusion: the graph sees every lab's bidding, including through coalition rows
     n = len(world.labs)
     bid_units = np.zeros(n, dtype=np.int64)
@@ -160,11 +179,15 @@ def clear_round(
             bid_max[entry.lab] = max(bid_max[entry.lab], entry.bids[0])
     won_units = np.array([result.won.get(i, 0) for i in range(n)], dtype=np.int64)
     active = [lab.active for lab in world.labs]
-    graph.record_round_bids(now, bid_units.tolist(), won_units.tolist(), bid_max.tolist(), reserve, active)
+    graph.record_round_bids(
+        now, bid_units.tolist(), won_units.tolist(), bid_max.tolist(), reserve, active
+    )
     suspicions = detect_cartels(graph, now)
     result.suspected = [(sorted(s.members), s.score) for s in suspicions]
     if mechanism.collusion_penalty > 0 and mechanism.coalition_policy.startswith("penalize"):
         for flagged in sorted(flagged_labs(suspicions, mechanism.coalition_policy)):
             if world.labs[flagged].active:
-                result.collusion[flagged] = pay_operator(world, flagged, mechanism.collusion_penalty)
+                result.collusion[flagged] = pay_operator(
+                    world, flagged, mechanism.collusion_penalty
+                )
     return result

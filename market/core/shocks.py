@@ -62,7 +62,9 @@ def draw_shocks(scenario: Scenario, rng: np.random.Generator) -> list[Shock]:
             entrants.remove(target)
         if spec.kind == "lab_entry" and (target is None or target < n_start):
             continue  # no entrant seat left (validated scenarios always have one)
-        magnitude = spec.magnitude if spec.magnitude is not None else sum(_RANDOM_MAGNITUDE[spec.kind]) / 2
+        magnitude = (
+            spec.magnitude if spec.magnitude is not None else sum(_RANDOM_MAGNITUDE[spec.kind]) / 2
+        )
         shocks.append(Shock(spec.kind, spec.round, spec.duration, magnitude, target, spec.public))
     rates = scenario.shock_rates
     for r in range(1, scenario.rounds):
@@ -78,13 +80,21 @@ def draw_shocks(scenario: Scenario, rng: np.random.Generator) -> list[Shock]:
                 if not entrants:
                     continue
                 target = entrants.pop(0)
-            duration = 1 + int(u_dur * 2) if kind in ("capacity_outage", "reliability_drop", "energy_spike") else 1
-            shocks.append(Shock(kind, r, duration, magnitude, target, bool(u_pub < rates.public_share)))
+            duration = (
+                1 + int(u_dur * 2)
+                if kind in ("capacity_outage", "reliability_drop", "energy_spike")
+                else 1
+            )
+            shocks.append(
+                Shock(kind, r, duration, magnitude, target, bool(u_pub < rates.public_share))
+            )
     shocks.sort(key=lambda s: (s.round, s.kind, -1 if s.target is None else s.target))
     return shocks
 
 
-def apply_schedule(world: World, shocks: list[Shock], scenario: Scenario, rng: np.random.Generator) -> None:
+def apply_schedule(
+    world: World, shocks: list[Shock], scenario: Scenario, rng: np.random.Generator
+) -> None:
     """Write the schedule's effects that are known in advance into the world's arrays.
 
     Capacity, reliability and the energy floor per round; entry rounds of entrants (their jobs
@@ -95,16 +105,24 @@ def apply_schedule(world: World, shocks: list[Shock], scenario: Scenario, rng: n
     for s in shocks:
         end = min(rounds, s.round + s.duration)
         if s.kind == "capacity_outage":
-            world.capacity[s.round:end] = np.floor(world.capacity[s.round:end] * (1.0 - min(1.0, s.magnitude)))
+            world.capacity[s.round : end] = np.floor(
+                world.capacity[s.round : end] * (1.0 - min(1.0, s.magnitude))
+            )
         elif s.kind == "reliability_drop":
-            world.reliability[s.round:end] = np.clip(world.reliability[s.round:end] - s.magnitude, 0.0, 1.0)
+            world.reliability[s.round : end] = np.clip(
+                world.reliability[s.round : end] - s.magnitude, 0.0, 1.0
+            )
         elif s.kind == "energy_spike":
-            world.energy_floor[s.round:end] = np.maximum(world.energy_floor[s.round:end], s.magnitude)
+            world.energy_floor[s.round : end] = np.maximum(
+                world.energy_floor[s.round : end], s.magnitude
+            )
         elif s.kind == "lab_entry" and s.target is not None:
             world.entry_round[s.target] = s.round
             world.holdings[s.target, : s.round] = 0  # an entrant owns nothing before it exists
             for job in world.labs[s.target].jobs:
-                shift = max(0, s.round - job.arrival)  # nothing arrives (or is overdue) before entry
+                shift = max(
+                    0, s.round - job.arrival
+                )  # nothing arrives (or is overdue) before entry
                 job.arrival = min(rounds - 1, job.arrival + shift)
                 job.deadline = min(rounds - 1, max(job.deadline + shift, job.arrival))
         elif s.kind == "demand_surge" and s.target is not None:

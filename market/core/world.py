@@ -90,7 +90,9 @@ class World:
     external_credits: float = 0.0  # credits injected (windfalls) minus removed (budget cuts)
 
 
-def _uniform_int(rng: np.random.Generator, bounds: tuple[int, int], size: int | None = None) -> np.ndarray:
+def _uniform_int(
+    rng: np.random.Generator, bounds: tuple[int, int], size: int | None = None
+) -> np.ndarray:
     return rng.integers(bounds[0], bounds[1] + 1, size=size)
 
 

@@ -66,14 +66,23 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
 
     metadata = {"name": "gpumarket_v0", "render_modes": RENDER_MODES, "is_parallelizable": False}
 
-    def __init__(self, scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: object) -> None:
+    def __init__(
+        self,
+        scenario: str | Path | Scenario = "market_round",
+        render_mode: str | None = None,
+        **overrides: object,
+    ) -> None:
         super().__init__()
         self.scenario: Scenario = load_scenario(scenario, **overrides)
         if render_mode is not None and render_mode not in RENDER_MODES:
-            raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}"
+            )
         self.render_mode = render_mode
         n = self.scenario.n_seats
-        self.possible_agents = ([DESIGNER] if self.scenario.designer_seat else []) + [bidder_seat(i) for i in range(n)]
+        self.possible_agents = ([DESIGNER] if self.scenario.designer_seat else []) + [
+            bidder_seat(i) for i in range(n)
+        ]
         self.observation_spaces = {a: ObservationSpace(a) for a in self.possible_agents}
         self.action_spaces = text_action_spaces(self.possible_agents)
         self._judge_spec: str | None = None
@@ -216,7 +225,11 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
 
     def is_live(self, agent: str) -> bool:
         """Whether ``agent`` has a seat now that is neither terminated nor truncated."""
-        return agent in self.terminations and not self.terminations[agent] and not self.truncations[agent]
+        return (
+            agent in self.terminations
+            and not self.terminations[agent]
+            and not self.truncations[agent]
+        )
 
     # --- rounds ------------------------------------------------------------------------
     def _start_round(self, r: int) -> None:
@@ -254,8 +267,9 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         """A lab leaves (finish or exit shock): live jobs settle now, offers void, pools refund."""
         lab = self.world.labs[i]
         self._views.new_round()
-        breaches, penalties = retire_lab(self.world, self.book, self.coalitions, i, self.round,
-                                         self.mechanism, voluntary)
+        breaches, penalties = retire_lab(
+            self.world, self.book, self.coalitions, i, self.round, self.mechanism, voluntary
+        )
         self._lab_rewards(e for breach in breaches for e in breach_rewards(breach))
         self._lab_rewards((i, "withdrawal_penalty", -penalty) for penalty in penalties)
         delta = sum(j.potential() for j in lab.jobs) - self._potential[i]
@@ -286,8 +300,11 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
                     self._lab_reward(offer.seller, "trade_balance", offer.price)
                     self._lab_reward(offer.buyer, "trade_balance", -offer.price)
                     self.graph.record_trade(offer.seller, offer.buyer, now)
-                return {"offer_id": offer.offer_id, "status": offer.status,
-                        "contract_id": contract.contract_id if contract else None}
+                return {
+                    "offer_id": offer.offer_id,
+                    "status": offer.status,
+                    "contract_id": contract.contract_id if contract else None,
+                }
             case actions.RejectOffer():
                 offer = negotiation.handle_reject(self.book, me, act)
                 return {"offer_id": offer.offer_id, "status": offer.status}
@@ -307,9 +324,15 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
                 msg = negotiation.handle_message(world, self.book, me, act, now)
                 for other in msg.recipients or ():
                     self.graph.record_private_message(me, other, now)
-                return {"delivered_to": "all" if msg.recipients is None else [bidder_seat(i) for i in msg.recipients]}
+                return {
+                    "delivered_to": "all"
+                    if msg.recipients is None
+                    else [bidder_seat(i) for i in msg.recipients]
+                }
             case actions.MakePitch():
-                self.book.pitches[me] = with_claims(negotiation.handle_pitch(world, self.book, me, act, now), act)
+                self.book.pitches[me] = with_claims(
+                    negotiation.handle_pitch(world, self.book, me, act, now), act
+                )
                 return {"pitched": act.blocks_requested}
             case actions.CounterPitch():
                 negotiation.handle_counter_pitch(world, self.book, me, act)
@@ -319,7 +342,9 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
                 return {"job_id": act.job_id, "blocks": act.blocks}
             case actions.Bid():
                 cap = self.scenario.capacity.max_units_per_bid or max(1, int(world.capacity[now]))
-                return dict(self.orders.place_bid(world, self.coalitions, self.mechanism, me, act, cap))
+                return dict(
+                    self.orders.place_bid(world, self.coalitions, self.mechanism, me, act, cap)
+                )
             case actions.Finish():
                 self._retire(me, voluntary=True)
                 return {"finished": True}
@@ -338,14 +363,20 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             self._reward(DESIGNER, "composite", parts["composite"])
         self.prices.append(result.price)
         self.results.append(result)
-        self.round_log.append(round_summary(result, parts, close.optimum, close.allocated, self.shocks))
+        self.round_log.append(
+            round_summary(result, parts, close.optimum, close.allocated, self.shocks)
+        )
         # housekeeping for the next round
         coal.end_of_round(world, self.coalitions, now)
         negotiation.expire_offers(self.book, now)
         self.book.prune()
         self.book.pitches = {}
         self.orders = RoundOrders()
-        if now + 1 >= sc.rounds or not any(lab.active for lab in world.labs) and not (world.entry_round > now).any():
+        if (
+            now + 1 >= sc.rounds
+            or not any(lab.active for lab in world.labs)
+            and not (world.entry_round > now).any()
+        ):
             self._finish_episode()
 
     def _finish_episode(self) -> None:
@@ -370,6 +401,10 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         return self._digests.digest(self, self._version, self._potential)
 
 
-def env(scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: object) -> AECEnv:
+def env(
+    scenario: str | Path | Scenario = "market_round",
+    render_mode: str | None = None,
+    **overrides: object,
+) -> AECEnv:
     """The AEC env wrapped in PettingZoo's order-enforcing wrapper."""
     return wrappers.OrderEnforcingWrapper(raw_env(scenario, render_mode=render_mode, **overrides))

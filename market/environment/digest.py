@@ -49,15 +49,29 @@ class StateDigests:
         if cached is not None and cached[0] is env.world and cached[1] == version:
             market = cached[2]
         else:
-            market = market_digest(env.world, env.book, env.coalitions, env.mechanism, potential, env.orders)
+            market = market_digest(
+                env.world, env.book, env.coalitions, env.mechanism, potential, env.orders
+            )
             self._cache = (env.world, version, market)
-        turn = (market, env.round, env.phase, env.turn, env.agent_selection, len(env.results),
-                sorted(env.terminations.items()), sorted(env.truncations.items()))
+        turn = (
+            market,
+            env.round,
+            env.phase,
+            env.turn,
+            env.agent_selection,
+            len(env.results),
+            sorted(env.terminations.items()),
+            sorted(env.truncations.items()),
+        )
         return hashlib.sha256(repr(turn).encode()).hexdigest()
 
 
 def market_digest(
-    w: World, book: Book, coalitions: CoalitionBook, mechanism: Mechanism, potential: np.ndarray,
+    w: World,
+    book: Book,
+    coalitions: CoalitionBook,
+    mechanism: Mechanism,
+    potential: np.ndarray,
     orders: RoundOrders,
 ) -> bytes:
     """SHA-256 of budgets, reputations, holdings, jobs, offers, contracts, pitches, coalitions,
@@ -70,21 +84,84 @@ def market_digest(
     h.update(w.reliability.tobytes())
     h.update(potential.tobytes())
     for lab in w.labs:
-        h.update(repr((lab.budget, lab.reputation, lab.active, lab.entered, lab.exit_round,
-                       [(j.job_id, j.progress, j.status, j.realized) for j in lab.jobs])).encode())
-    h.update(repr([(o.offer_id, o.sender, o.recipient, o.side, o.blocks, o.price, o.delivery_round,
-                    o.expires_round, o.status) for o in book.offers.values()]).encode())
-    h.update(repr([(c.contract_id, c.seller, c.buyer, c.blocks, c.price, c.delivery_round, c.delivered)
-                   for c in book.contracts]).encode())
+        h.update(
+            repr(
+                (
+                    lab.budget,
+                    lab.reputation,
+                    lab.active,
+                    lab.entered,
+                    lab.exit_round,
+                    [(j.job_id, j.progress, j.status, j.realized) for j in lab.jobs],
+                )
+            ).encode()
+        )
+    h.update(
+        repr(
+            [
+                (
+                    o.offer_id,
+                    o.sender,
+                    o.recipient,
+                    o.side,
+                    o.blocks,
+                    o.price,
+                    o.delivery_round,
+                    o.expires_round,
+                    o.status,
+                )
+                for o in book.offers.values()
+            ]
+        ).encode()
+    )
+    h.update(
+        repr(
+            [
+                (c.contract_id, c.seller, c.buyer, c.blocks, c.price, c.delivery_round, c.delivered)
+                for c in book.contracts
+            ]
+        ).encode()
+    )
     last_message = book.messages[-1] if book.messages else None
-    h.update(repr((book.next_offer, book.next_contract, coalitions.next_id, len(book.messages),
-                   last_message and (last_message.sender, last_message.recipients, last_message.text),
-                   [(p.lab, p.text, p.blocks_requested, p.job_id, p.counters)
-                    for p in book.pitches.values()])).encode())
-    h.update(repr([(c.coalition_id, c.leader, c.members, sorted(c.invited), c.status, c.term_end,
-                    sorted(c.balances.items()), sorted(c.contributed.items()))
-                   for c in coalitions.coalitions.values()]).encode())
-    h.update(repr((sorted((k, e.bids) for k, e in orders.bids.items()),
-                   sorted((k, e.lab, e.bids) for k, e in orders.coalition_bids.items()),
-                   sorted((k, sorted(v.items())) for k, v in orders.plans.items()))).encode())
+    h.update(
+        repr(
+            (
+                book.next_offer,
+                book.next_contract,
+                coalitions.next_id,
+                len(book.messages),
+                last_message and (last_message.sender, last_message.recipients, last_message.text),
+                [
+                    (p.lab, p.text, p.blocks_requested, p.job_id, p.counters)
+                    for p in book.pitches.values()
+                ],
+            )
+        ).encode()
+    )
+    h.update(
+        repr(
+            [
+                (
+                    c.coalition_id,
+                    c.leader,
+                    c.members,
+                    sorted(c.invited),
+                    c.status,
+                    c.term_end,
+                    sorted(c.balances.items()),
+                    sorted(c.contributed.items()),
+                )
+                for c in coalitions.coalitions.values()
+            ]
+        ).encode()
+    )
+    h.update(
+        repr(
+            (
+                sorted((k, e.bids) for k, e in orders.bids.items()),
+                sorted((k, e.lab, e.bids) for k, e in orders.coalition_bids.items()),
+                sorted((k, sorted(v.items())) for k, v in orders.plans.items()),
+            )
+        ).encode()
+    )
     return h.digest()

@@ -184,7 +184,10 @@ class Observation(BaseModel):
             if isinstance(value, BaseModel):
                 value = value.model_dump(exclude_none=True)
             elif isinstance(value, list):
-                value = [v.model_dump(exclude_none=True) if isinstance(v, BaseModel) else v for v in value]
+                value = [
+                    v.model_dump(exclude_none=True) if isinstance(v, BaseModel) else v
+                    for v in value
+                ]
             return json.dumps(value, separators=(",", ":"))
 
         lines = [
@@ -350,7 +353,9 @@ def observation_vector(obs: Observation, value_unit: float = 100.0) -> np.ndarra
     stats = obs.designer_stats
     k = vector_size() - 5
     if stats is not None:
-        for i, series in enumerate((stats.welfare_ratio, stats.fairness, stats.participation, stats.stability)):
+        for i, series in enumerate(
+            (stats.welfare_ratio, stats.fairness, stats.participation, stats.stability)
+        ):
             v[k + i] = series[-1] if series else 1.0
         v[k + 4] = stats.suspected_cartels
     return v

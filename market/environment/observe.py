@@ -93,63 +93,138 @@ class SeatViews:
         seat_of = world.labs
         active_labs = self._per_round("active", lambda: [lab.seat for lab in seat_of if lab.active])
         messages = [
-            fast_model(MessageView, sender=seat_of[m.sender].seat,
-                       to="all" if m.recipients is None else [seat_of[i].seat for i in m.recipients],
-                       text=m.text, round=m.round)
+            fast_model(
+                MessageView,
+                sender=seat_of[m.sender].seat,
+                to="all" if m.recipients is None else [seat_of[i].seat for i in m.recipients],
+                text=m.text,
+                round=m.round,
+            )
             for m in env.book.messages[-20:]
             if m.recipients is None or m.sender == me or me in m.recipients
         ]
         pitches = [
-            fast_model(PitchView, lab=seat_of[p.lab].seat, text=p.text, blocks_requested=p.blocks_requested,
-                       counters=[f"{seat_of[c].seat}: {t}" for c, t in p.counters])
+            fast_model(
+                PitchView,
+                lab=seat_of[p.lab].seat,
+                text=p.text,
+                blocks_requested=p.blocks_requested,
+                counters=[f"{seat_of[c].seat}: {t}" for c, t in p.counters],
+            )
             for p in env.book.pitches.values()
         ]
-        public_coalitions = [coalition_view(world, c, me, private=False)
-                             for c in env.coalitions.coalitions.values() if c.status != "dissolved"]
+        public_coalitions = [
+            coalition_view(world, c, me, private=False)
+            for c in env.coalitions.coalitions.values()
+            if c.status != "dissolved"
+        ]
         results, prices = env.results, env.prices
         fields: dict[str, object] = dict(
-            seat=agent, role="designer" if is_designer else "bidder", round=now,
-            rounds_total=env.scenario.rounds, value_unit=env.scenario.rewards.value_unit,
-            phase=env.phase, legal_actions=legal,
+            seat=agent,
+            role="designer" if is_designer else "bidder",
+            round=now,
+            rounds_total=env.scenario.rounds,
+            value_unit=env.scenario.rewards.value_unit,
+            phase=env.phase,
+            legal_actions=legal,
             mechanism=self._mechanism_view(env.mechanism, is_designer),
-            capacity=int(world.capacity[now]), reliability=float(world.reliability[now]),
-            energy_floor=float(world.energy_floor[now]), active_labs=active_labs,
+            capacity=int(world.capacity[now]),
+            reliability=float(world.reliability[now]),
+            energy_floor=float(world.energy_floor[now]),
+            active_labs=active_labs,
             reputations={lab.seat: lab.reputation for lab in seat_of if lab.active},
-            public_coalitions=public_coalitions, messages=messages, pitches=pitches,
+            public_coalitions=public_coalitions,
+            messages=messages,
+            pitches=pitches,
             shocks=self._per_round(("shocks", me), lambda: shock_views(world, env.shocks, now, me)),
-            price_history=self._per_round(("prices", is_designer), lambda: [
-                p if (r.mechanism.reveal_clearing_price and (r.sold or r.mechanism.reveal_reserve) or is_designer) else None
-                for p, r in zip(prices, results, strict=True)]),
-            last_result=self._per_round(("result", me), lambda: result_view(world, results, me, is_designer)),
+            price_history=self._per_round(
+                ("prices", is_designer),
+                lambda: [
+                    p
+                    if (
+                        r.mechanism.reveal_clearing_price
+                        and (r.sold or r.mechanism.reveal_reserve)
+                        or is_designer
+                    )
+                    else None
+                    for p, r in zip(prices, results, strict=True)
+                ],
+            ),
+            last_result=self._per_round(
+                ("result", me), lambda: result_view(world, results, me, is_designer)
+            ),
         )
         if is_designer:
             h = env.designer_history
-            fields["designer_stats"] = self._per_round("stats", lambda: fast_model(
-                DesignerStats, welfare_ratio=list(h["welfare_ratio"]), fairness=list(h["fairness"]),
-                participation=list(h["participation"]), stability=list(h["stability"]),
-                revenue=[r.revenue for r in results], prices=list(prices),
-                suspected_cartels=sum(1 for _, score in results[-1].suspected if score >= SUSPECTED)
-                if results else 0,
-                active_labs=len(active_labs)))
+            fields["designer_stats"] = self._per_round(
+                "stats",
+                lambda: fast_model(
+                    DesignerStats,
+                    welfare_ratio=list(h["welfare_ratio"]),
+                    fairness=list(h["fairness"]),
+                    participation=list(h["participation"]),
+                    stability=list(h["stability"]),
+                    revenue=[r.revenue for r in results],
+                    prices=list(prices),
+                    suspected_cartels=sum(
+                        1 for _, score in results[-1].suspected if score >= SUSPECTED
+                    )
+                    if results
+                    else 0,
+                    active_labs=len(active_labs),
+                ),
+            )
         else:
             lab = world.labs[me]
             book = env.book
             fields.update(
-                budget=lab.budget, reputation=lab.reputation,
+                budget=lab.budget,
+                reputation=lab.reputation,
                 holdings=world.holdings[me, now:].tolist(),
-                jobs=self._per_round(("jobs", me), lambda: [
-                    fast_model(JobView, job_id=j.job_id, size=j.size, progress=j.progress, deadline=j.deadline,
-                               value=j.value, partial_credit=j.partial_credit,
-                               min_reliability=j.min_reliability, status=j.status)
-                    for j in lab.jobs if j.status != "pending"]),
-                offers_received=[offer_view(world, o) for o in book.offers.values()
-                                 if o.recipient == me and o.status == "open"],
-                offers_sent=[offer_view(world, o) for o in book.offers.values() if o.sender == me and o.status == "open"],
-                contracts=[fast_model(ContractView, contract_id=c.contract_id, seller=seat_of[c.seller].seat,
-                                      buyer=seat_of[c.buyer].seat, blocks=c.blocks, price=c.price,
-                                      delivery_round=c.delivery_round)
-                           for c in book.contracts if c.delivered < 0 and me in (c.seller, c.buyer)],
-                coalitions=[coalition_view(world, c, me, private=True) for c in env.coalitions.of(me)],
+                jobs=self._per_round(
+                    ("jobs", me),
+                    lambda: [
+                        fast_model(
+                            JobView,
+                            job_id=j.job_id,
+                            size=j.size,
+                            progress=j.progress,
+                            deadline=j.deadline,
+                            value=j.value,
+                            partial_credit=j.partial_credit,
+                            min_reliability=j.min_reliability,
+                            status=j.status,
+                        )
+                        for j in lab.jobs
+                        if j.status != "pending"
+                    ],
+                ),
+                offers_received=[
+                    offer_view(world, o)
+                    for o in book.offers.values()
+                    if o.recipient == me and o.status == "open"
+                ],
+                offers_sent=[
+                    offer_view(world, o)
+                    for o in book.offers.values()
+                    if o.sender == me and o.status == "open"
+                ],
+                contracts=[
+                    fast_model(
+                        ContractView,
+                        contract_id=c.contract_id,
+                        seller=seat_of[c.seller].seat,
+                        buyer=seat_of[c.buyer].seat,
+                        blocks=c.blocks,
+                        price=c.price,
+                        delivery_round=c.delivery_round,
+                    )
+                    for c in book.contracts
+                    if c.delivered < 0 and me in (c.seller, c.buyer)
+                ],
+                coalitions=[
+                    coalition_view(world, c, me, private=True) for c in env.coalitions.of(me)
+                ],
             )
         return fast_model(Observation, **fields)
 
@@ -170,33 +245,59 @@ def shock_views(world: World, shocks: list[Shock], now: int, me: int) -> list[Sh
     """The shocks lab ``me`` knows of by round ``now``: public ones and those that hit it."""
     labs = world.labs
     return [
-        fast_model(ShockView, kind=s.kind, round=s.round, duration=s.duration, magnitude=s.magnitude,
-                   target=None if s.target is None else labs[s.target].seat, public=s.public)
-        for s in shocks if s.round <= now and (s.public or (s.target == me and me >= 0))
+        fast_model(
+            ShockView,
+            kind=s.kind,
+            round=s.round,
+            duration=s.duration,
+            magnitude=s.magnitude,
+            target=None if s.target is None else labs[s.target].seat,
+            public=s.public,
+        )
+        for s in shocks
+        if s.round <= now and (s.public or (s.target == me and me >= 0))
     ]
 
 
 def offer_view(world: World, o: Offer) -> OfferView:
     labs = world.labs
     return fast_model(
-        OfferView, offer_id=o.offer_id, sender=labs[o.sender].seat, recipient=labs[o.recipient].seat,
-        side=o.side, blocks=o.blocks, price=o.price, delivery_round=o.delivery_round,
-        expires_round=o.expires_round, status=o.status, message=o.message)
+        OfferView,
+        offer_id=o.offer_id,
+        sender=labs[o.sender].seat,
+        recipient=labs[o.recipient].seat,
+        side=o.side,
+        blocks=o.blocks,
+        price=o.price,
+        delivery_round=o.delivery_round,
+        expires_round=o.expires_round,
+        status=o.status,
+        message=o.message,
+    )
 
 
 def coalition_view(world: World, c: Coalition, me: int, private: bool) -> CoalitionView:
     """A coalition as lab ``me`` sees it: the pool and balance only for members (``private``)."""
     labs = world.labs
     member = private and me in c.members
-    return fast_model(CoalitionView,
-        coalition_id=c.coalition_id, leader=labs[c.leader].seat, members=[labs[m].seat for m in c.members],
-        invited=[labs[m].seat for m in sorted(c.invited)], purpose=c.purpose, split=c.split,
-        term_end=c.term_end, status=c.status, pool=c.pool if member else None,
+    return fast_model(
+        CoalitionView,
+        coalition_id=c.coalition_id,
+        leader=labs[c.leader].seat,
+        members=[labs[m].seat for m in c.members],
+        invited=[labs[m].seat for m in sorted(c.invited)],
+        purpose=c.purpose,
+        split=c.split,
+        term_end=c.term_end,
+        status=c.status,
+        pool=c.pool if member else None,
         my_balance=c.balances.get(me) if member else None,
     )
 
 
-def result_view(world: World, results: list[RoundResult], me: int, is_designer: bool) -> MarketResultView | None:
+def result_view(
+    world: World, results: list[RoundResult], me: int, is_designer: bool
+) -> MarketResultView | None:
     """Last round's clearing as far as the mechanism reveals it to lab ``me`` (or the designer)."""
     if not results:
         return None
@@ -204,8 +305,13 @@ def result_view(world: World, results: list[RoundResult], me: int, is_designer: 
     m = r.mechanism
     labs = world.labs
     show_ids = m.reveal_winner_identity or is_designer
-    view: dict[str, object] = dict(round=r.round, auction_type=m.auction_type, blocks_sold=r.sold,
-                                   my_won=r.won.get(me, 0), my_paid=r.paid.get(me, 0.0))
+    view: dict[str, object] = dict(
+        round=r.round,
+        auction_type=m.auction_type,
+        blocks_sold=r.sold,
+        my_won=r.won.get(me, 0),
+        my_paid=r.paid.get(me, 0.0),
+    )
     # with nothing sold the 'price' is the reserve: shown only where the reserve is
     if m.reveal_clearing_price and (r.sold or m.reveal_reserve) or is_designer:
         view["clearing_price"] = r.price

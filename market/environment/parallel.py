@@ -206,7 +206,9 @@ class ParallelMarketEnv(ParallelEnv):  # type: ignore[misc]  # pettingzoo ships 
 
 
 def parallel_env(
-    scenario: str | Path | Scenario = "market_round", render_mode: str | None = None, **overrides: object
+    scenario: str | Path | Scenario = "market_round",
+    render_mode: str | None = None,
+    **overrides: object,
 ) -> ParallelMarketEnv:
     """The parallel view: one parallel step per pass (design, each negotiation pass, bidding)."""
     return ParallelMarketEnv(scenario, render_mode=render_mode, **overrides)

@@ -92,7 +92,9 @@ class ParallelRLlibKeysWrapper(BaseParallelWrapper):  # type: ignore[misc]  # (n
         observations, infos = self.env.reset(seed=seed, options=options)
         return {a: to_rllib(o) for a, o in observations.items()}, infos
 
-    def step(self, actions: Mapping[str, object]) -> tuple[
+    def step(
+        self, actions: Mapping[str, object]
+    ) -> tuple[
         dict[str, RLObs], dict[str, float], dict[str, bool], dict[str, bool], dict[str, Info]
     ]:
         observations, rewards, terms, truncs, infos = self.env.step(actions)

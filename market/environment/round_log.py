@@ -16,7 +16,10 @@ RoundSummary = dict[str, Any]  # one JSON-ready round-log entry (the transcript'
 
 
 def round_summary(
-    result: RoundResult, parts: dict[str, float], optimum: float, allocated: float,
+    result: RoundResult,
+    parts: dict[str, float],
+    optimum: float,
+    allocated: float,
     shocks: list[Shock],
 ) -> RoundSummary:
     """One round's log entry: the clearing, the payments and penalties, welfare and shocks."""
@@ -29,13 +32,18 @@ def round_summary(
         "price": result.price,
         "sold": result.sold,
         "revenue": result.revenue,
-        "bids": {(bidder_seat(e.lab) if e.coalition_id is None else e.coalition_id): e.bids for e in result.bids},
+        "bids": {
+            (bidder_seat(e.lab) if e.coalition_id is None else e.coalition_id): e.bids
+            for e in result.bids
+        },
         "won": {bidder_seat(k): v for k, v in sorted(result.won.items())},
         "paid": {bidder_seat(k): v for k, v in sorted(result.paid.items())},
         "judge": [v.to_log() for v in result.verdicts],
         "shill_penalties": {bidder_seat(k): v for k, v in result.shill.items()},
         "collusion_penalties": {bidder_seat(k): v for k, v in result.collusion.items()},
-        "suspected_cartels": [{"members": [bidder_seat(m) for m in ms], "score": s} for ms, s in result.suspected],
+        "suspected_cartels": [
+            {"members": [bidder_seat(m) for m in ms], "score": s} for ms, s in result.suspected
+        ],
         "optimal_welfare": optimum,
         "allocated_welfare": allocated,
         "designer": parts,
@@ -69,9 +77,13 @@ def render_text(env: RenderState) -> str:
             continue
         live = sum(1 for j in lab.jobs if j.status == "active")
         done = sum(1 for j in lab.jobs if j.status == "done")
-        lines.append(f"  {lab.seat:<10} {'active' if lab.active else 'gone':<6} budget {lab.budget:9.2f} "
-                     f"rep {lab.reputation:.2f} jobs live {live} done {done}")
+        lines.append(
+            f"  {lab.seat:<10} {'active' if lab.active else 'gone':<6} budget {lab.budget:9.2f} "
+            f"rep {lab.reputation:.2f} jobs live {live} done {done}"
+        )
     if results:
         r = results[-1]
-        lines.append(f"last clearing: round {r.round + 1} price {r.price:.2f} sold {r.sold} revenue {r.revenue:.2f}")
+        lines.append(
+            f"last clearing: round {r.round + 1} price {r.price:.2f} sold {r.sold} revenue {r.revenue:.2f}"
+        )
     return "\n".join(lines)

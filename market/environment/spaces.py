@@ -18,8 +18,10 @@ Options = dict[str, object]  # ``reset(options=...)`` (unused by the market)
 
 def text_action_spaces(agents: list[str]) -> dict[str, Text]:
     """Each seat's text action space, seeded per seat so that entrants also sample reproducibly."""
-    return {a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=k)
-            for k, a in enumerate(agents)}
+    return {
+        a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=k)
+        for k, a in enumerate(agents)
+    }
 
 
 def seed_action_spaces(
@@ -28,7 +30,9 @@ def seed_action_spaces(
     """Seed every seat's action space from the episode seed (entrants sample reproducibly)."""
     if seed is not None:
         for i, agent in enumerate(agents):
-            action_spaces[agent].seed(int(np.random.SeedSequence([seed, 7, i]).generate_state(1)[0]))
+            action_spaces[agent].seed(
+                int(np.random.SeedSequence([seed, 7, i]).generate_state(1)[0])
+            )
 
 
 class ObservationSpace(gymnasium.spaces.Space[Observation]):

@@ -197,7 +197,6 @@ def json_schema() -> dict[str, Any]:
     return schema
 
 
-
 AnyRecord = Header | StepEvent | RoundSummary | Footer
 """One validated record of any type."""
 

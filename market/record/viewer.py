@@ -135,7 +135,10 @@ def _round_view(ep: Episode, r: Mapping[str, Any], events: list[Event], show_ste
     parts.append(market)
 
     bids, won, paid = as_mapping(r.get("bids")), as_mapping(r.get("won")), as_mapping(r.get("paid"))
-    shill, collusion = as_mapping(r.get("shill_penalties")), as_mapping(r.get("collusion_penalties"))
+    shill, collusion = (
+        as_mapping(r.get("shill_penalties")),
+        as_mapping(r.get("collusion_penalties")),
+    )
     who = list(dict.fromkeys([*bids, *won, *paid, *shill, *collusion]))
     if who:
         table = _table(

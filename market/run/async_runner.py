@@ -62,15 +62,23 @@ def llm_models(seat_specs: Sequence[Any]) -> set[str]:
     return models
 
 
-async def _aplay(job: tuple[Any, ...], pool: ClientPool, budget: Budget | None
-                 ) -> tuple[int, list[dict[str, Any]] | None, list[Any], str | None]:
+async def _aplay(
+    job: tuple[Any, ...], pool: ClientPool, budget: Budget | None
+) -> tuple[int, list[dict[str, Any]] | None, list[Any], str | None]:
     """One episode -> (seed, rows, round log, error), as :func:`market.run.jobs.play` does in a worker."""
     scenario, seed, seats, transcript, digest_every, config = job
     try:
         # the scenario's agent_timeout (the runner puts --agent-timeout there), as in the process
         # pool, so the same seeds give the same rows on both paths
-        result = await arun_episode(scenario, seed, seats, limiter=pool, budget=budget,
-                                    transcript=transcript, digest_every=digest_every)
+        result = await arun_episode(
+            scenario,
+            seed,
+            seats,
+            limiter=pool,
+            budget=budget,
+            transcript=transcript,
+            digest_every=digest_every,
+        )
     except Exception as exc:  # an env or agent-construction bug: report it, keep the run going
         return seed, None, [], f"{type(exc).__name__}: {exc}"[:1000]
     return seed, episode_rows(result, config), result.round_log, None
@@ -81,13 +89,20 @@ def _check_prices(jobs: Sequence[Job], budget: Budget | None) -> None:
     if budget is None or budget.max_cost_usd is None:
         return
     # a seat with its own price_prompt/price_completion is priced whatever the table holds
-    models = llm_models([spec for _, job in jobs for spec in dict(job[2] or {}).values()
-                         if "price_prompt=" not in spec and "price_completion=" not in spec])
+    models = llm_models(
+        [
+            spec
+            for _, job in jobs
+            for spec in dict(job[2] or {}).values()
+            if "price_prompt=" not in spec and "price_completion=" not in spec
+        ]
+    )
     missing = sorted(m for m in models if budget.price(m) is None)
     if missing:
         raise RunConfigError(
             f"a cost budget needs a price for every LLM model: no price for {', '.join(missing)}; "
-            f"give --price {missing[0]}=IN,OUT (USD per million prompt and completion tokens)")
+            f"give --price {missing[0]}=IN,OUT (USD per million prompt and completion tokens)"
+        )
 
 
 def run_jobs_async(
@@ -112,7 +127,9 @@ def run_jobs_async(
     """
     _check_prices(jobs, budget)
     pool = pool if pool is not None else ClientPool(max_in_flight, per_endpoint)
-    limit = max(1, int(max_episodes) if max_episodes is not None else EPISODES_PER_SLOT * pool.max_in_flight)
+    limit = max(
+        1, int(max_episodes) if max_episodes is not None else EPISODES_PER_SLOT * pool.max_in_flight
+    )
     outcome = AsyncOutcome()
     began = time.perf_counter()
     queue = deque(jobs)
@@ -121,7 +138,9 @@ def run_jobs_async(
         running: dict[asyncio.Task[Any], int] = {}
         try:
             while queue or running:
-                while queue and len(running) < limit and not (budget is not None and budget.exhausted):
+                while (
+                    queue and len(running) < limit and not (budget is not None and budget.exhausted)
+                ):
                     index, job = queue.popleft()
                     running[asyncio.create_task(_aplay(job, pool, budget))] = index
                 outcome.peak_episodes = max(outcome.peak_episodes, len(running))
@@ -158,28 +177,64 @@ def run_jobs_async(
 def add_llm_arguments(parser: Any) -> None:
     """The LLM-scale options of ``gpumarket run`` (an ``argparse`` parser)."""
     group = parser.add_argument_group(
-        "LLM seats", "runs with an llm: seat play their episodes as asyncio tasks in this process, "
-                     "sharing one client pool (see docs/llm-seats.md)")
-    group.add_argument("--max-in-flight", type=int, default=None, metavar="N",
-                       help=f"model requests in flight in all (default {DEFAULT_MAX_IN_FLIGHT})")
-    group.add_argument("--per-endpoint", type=int, default=None, metavar="N",
-                       help="model requests in flight per server (default: --max-in-flight)")
-    group.add_argument("--episodes-in-flight", type=int, default=None, metavar="N",
-                       help=f"episodes played at once (default {EPISODES_PER_SLOT} x --max-in-flight)")
-    group.add_argument("--budget-tokens", type=int, default=None, metavar="N",
-                       help="start no new episode once the run used N model tokens")
-    group.add_argument("--budget-usd", type=float, default=None, metavar="X",
-                       help="start no new episode once the run cost X USD (needs --price)")
-    group.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT",
-                       help="USD per million prompt and completion tokens of MODEL (repeatable; "
-                            "no prices are built in): the run's and each LLM seat's cost_usd, "
-                            "unless the seat's spec has its own price_prompt/price_completion")
+        "LLM seats",
+        "runs with an llm: seat play their episodes as asyncio tasks in this process, "
+        "sharing one client pool (see docs/llm-seats.md)",
+    )
+    group.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"model requests in flight in all (default {DEFAULT_MAX_IN_FLIGHT})",
+    )
+    group.add_argument(
+        "--per-endpoint",
+        type=int,
+        default=None,
+        metavar="N",
+        help="model requests in flight per server (default: --max-in-flight)",
+    )
+    group.add_argument(
+        "--episodes-in-flight",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"episodes played at once (default {EPISODES_PER_SLOT} x --max-in-flight)",
+    )
+    group.add_argument(
+        "--budget-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="start no new episode once the run used N model tokens",
+    )
+    group.add_argument(
+        "--budget-usd",
+        type=float,
+        default=None,
+        metavar="X",
+        help="start no new episode once the run cost X USD (needs --price)",
+    )
+    group.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="MODEL=IN,OUT",
+        help="USD per million prompt and completion tokens of MODEL (repeatable; "
+        "no prices are built in): the run's and each LLM seat's cost_usd, "
+        "unless the seat's spec has its own price_prompt/price_completion",
+    )
 
 
 #: the pool and budget flags of :func:`add_llm_arguments` (flag, attribute); None when not given
-POOL_FLAGS = (("--max-in-flight", "max_in_flight"), ("--per-endpoint", "per_endpoint"),
-              ("--episodes-in-flight", "episodes_in_flight"), ("--budget-tokens", "budget_tokens"),
-              ("--budget-usd", "budget_usd"))
+POOL_FLAGS = (
+    ("--max-in-flight", "max_in_flight"),
+    ("--per-endpoint", "per_endpoint"),
+    ("--episodes-in-flight", "episodes_in_flight"),
+    ("--budget-tokens", "budget_tokens"),
+    ("--budget-usd", "budget_usd"),
+)
 
 
 def given_llm_flags(args: Any) -> list[str]:
@@ -198,10 +253,19 @@ def llm_options(args: Any) -> dict[str, Any]:
     if args.budget_usd is not None and not args.budget_usd > 0:
         raise ValueError(f"--budget-usd {args.budget_usd}: give an amount above 0")
     budget = Budget.from_options(args.budget_tokens, args.budget_usd, list(args.price))
-    return {"max_in_flight": args.max_in_flight or DEFAULT_MAX_IN_FLIGHT,
-            "per_endpoint": args.per_endpoint, "max_episodes": args.episodes_in_flight,
-            "budget": budget}
+    return {
+        "max_in_flight": args.max_in_flight or DEFAULT_MAX_IN_FLIGHT,
+        "per_endpoint": args.per_endpoint,
+        "max_episodes": args.episodes_in_flight,
+        "budget": budget,
+    }
 
 
-__all__ = ["AsyncOutcome", "add_llm_arguments", "is_llm_spec", "llm_models", "llm_options",
-           "run_jobs_async"]
+__all__ = [
+    "AsyncOutcome",
+    "add_llm_arguments",
+    "is_llm_spec",
+    "llm_models",
+    "llm_options",
+    "run_jobs_async",
+]

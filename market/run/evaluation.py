@@ -67,9 +67,20 @@ class EvalTable:
             for agent in self.agents:
                 cell = self.cells[(agent, scenario)]
                 mean, half = cell.mean_ci
-                out.append({"scenario": scenario, "agent": agent, "seat": self.seat, "n": cell.n,
-                            "mean": mean, "ci95": half, "low": mean - half, "high": mean + half,
-                            "tokens": cell.tokens, "cost_usd": cell.cost_usd})
+                out.append(
+                    {
+                        "scenario": scenario,
+                        "agent": agent,
+                        "seat": self.seat,
+                        "n": cell.n,
+                        "mean": mean,
+                        "ci95": half,
+                        "low": mean - half,
+                        "high": mean + half,
+                        "tokens": cell.tokens,
+                        "cost_usd": cell.cost_usd,
+                    }
+                )
         return out
 
     def paired(self, agent: str, other: str, scenario: str) -> tuple[float, float]:
@@ -81,8 +92,18 @@ class EvalTable:
     def csv(self) -> str:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        keys = ("scenario", "agent", "seat", "n", "mean", "ci95", "low", "high", "tokens",
-                "cost_usd")
+        keys = (
+            "scenario",
+            "agent",
+            "seat",
+            "n",
+            "mean",
+            "ci95",
+            "low",
+            "high",
+            "tokens",
+            "cost_usd",
+        )
         writer.writerow(keys)
         for row in self.rows():
             writer.writerow([csv_value(row[k]) for k in keys])
@@ -104,7 +125,10 @@ class EvalTable:
                 mark = "*" if best[scenario] == agent and len(self.agents) > 1 else ""
                 line.append(f"{mean:.3f} ± {half:.3f}{mark}")
             cells = [self.cells[(agent, scenario)] for scenario in self.scenarios]
-            line += [f"{sum(c.tokens for c in cells):,}", f"{math.fsum(c.cost_usd for c in cells):.4f}"]
+            line += [
+                f"{sum(c.tokens for c in cells):,}",
+                f"{math.fsum(c.cost_usd for c in cells):.4f}",
+            ]
             out.append(line)
         return out
 
@@ -122,10 +146,14 @@ class EvalTable:
         lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in self.grid()]
         if len(self.agents) > 1:
             first = self.agents[0]
-            lines += ["", f"Paired difference `{first}` minus each other agent (same seeds, so "
-                          "the same worlds), mean ± 95% CI; `>` marks a CI above 0.", "",
-                      "| " + " | ".join([f"{first} minus", *self.scenarios]) + " |",
-                      "|" + "|".join(["---"] + ["---:"] * len(self.scenarios)) + "|"]
+            lines += [
+                "",
+                f"Paired difference `{first}` minus each other agent (same seeds, so "
+                "the same worlds), mean ± 95% CI; `>` marks a CI above 0.",
+                "",
+                "| " + " | ".join([f"{first} minus", *self.scenarios]) + " |",
+                "|" + "|".join(["---"] + ["---:"] * len(self.scenarios)) + "|",
+            ]
             for other in self.agents[1:]:
                 cells = [other]
                 for scenario in self.scenarios:
@@ -155,11 +183,19 @@ def seed_text(seeds: Sequence[int]) -> str:
 
 def _cell(agent: str, scenario: str, seat: str, folder: RunFolder) -> Cell:
     """The seat's return, tokens and cost in each complete episode of ``folder``."""
-    rows = [next(r for r in folder.done[s] if r["seat"] == seat)
-            for s in folder.seeds if s in folder.done]
-    return Cell(agent, scenario, seat, {r["seed"]: r["return"] for r in rows},
-                tokens=sum(int(r["tokens"]["total"]) for r in rows),
-                cost_usd=math.fsum(float(r["stats"].get("cost_usd", 0.0)) for r in rows))
+    rows = [
+        next(r for r in folder.done[s] if r["seat"] == seat)
+        for s in folder.seeds
+        if s in folder.done
+    ]
+    return Cell(
+        agent,
+        scenario,
+        seat,
+        {r["seed"]: r["return"] for r in rows},
+        tokens=sum(int(r["tokens"]["total"]) for r in rows),
+        cost_usd=math.fsum(float(r["stats"].get("cost_usd", 0.0)) for r in rows),
+    )
 
 
 def folder_health(folders: Iterable[RunFolder], out: Path) -> list[SeatHealth]:
@@ -167,8 +203,9 @@ def folder_health(folders: Iterable[RunFolder], out: Path) -> list[SeatHealth]:
     health: list[SeatHealth] = []
     for f in folders:
         where = f.out.relative_to(out).as_posix() if f.out.is_relative_to(out) else str(f.out)
-        health += from_rows([r for s in f.seeds if s in f.done for r in f.done[s]],
-                            prefix=f"{where}: ")
+        health += from_rows(
+            [r for s in f.seeds if s in f.done for r in f.done[s]], prefix=f"{where}: "
+        )
     return health
 
 
@@ -210,13 +247,33 @@ def evaluate(
         for agent in agents:
             if (agent, sc.name) in folders:
                 raise RunConfigError(f"agent {agent!r} is listed twice")
-            folders[(agent, sc.name)] = open_folder(sc, seeds, {seat: agent}, out / sc.name / slug(agent),
-                                                transcripts, fresh, 1, agent_timeout)
-    execute(list(folders.values()), workers=workers, backend=backend, address=address,
-            progress=progress, label="eval", llm=llm)
-    table = EvalTable(list(agents), names, seat, seeds, {
-        key: _cell(key[0], key[1], seat, f) for key, f in folders.items()
-    }, {f"{k[1]}/{k[0]}": f.failed for k, f in folders.items() if f.failed})
+            folders[(agent, sc.name)] = open_folder(
+                sc,
+                seeds,
+                {seat: agent},
+                out / sc.name / slug(agent),
+                transcripts,
+                fresh,
+                1,
+                agent_timeout,
+            )
+    execute(
+        list(folders.values()),
+        workers=workers,
+        backend=backend,
+        address=address,
+        progress=progress,
+        label="eval",
+        llm=llm,
+    )
+    table = EvalTable(
+        list(agents),
+        names,
+        seat,
+        seeds,
+        {key: _cell(key[0], key[1], seat, f) for key, f in folders.items()},
+        {f"{k[1]}/{k[0]}": f.failed for k, f in folders.items() if f.failed},
+    )
     table.health = folder_health(folders.values(), out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.csv").write_text(table.csv(), encoding="utf-8")

@@ -44,8 +44,11 @@ BASELINE = ("truthful", "idle")
 def population(expert: str = EXPERT) -> list[str]:
     """Every built-in scripted bidder except ``expert`` (the registry's parameter-free bidders:
     no plug-ins, no LLM or loaded-policy seats)."""
-    return [name for name in sorted(REGISTRY)
-            if "bidder" in getattr(REGISTRY[name], "roles", ()) and name != expert]
+    return [
+        name
+        for name in sorted(REGISTRY)
+        if "bidder" in getattr(REGISTRY[name], "roles", ()) and name != expert
+    ]
 
 
 def bidder_scenarios(seat: str = SEAT) -> list[str]:
@@ -81,11 +84,21 @@ class ExpertMatrix:
             expert_mean = mean_ci95(list(self.returns[(scenario, self.expert)].values()))[0]
             for member in self.members:
                 diff, half, n = self.paired(scenario, self.expert, member)
-                rows.append({
-                    "scenario": scenario, "member": member, "n": n, "diff": diff, "ci95": half,
-                    "low": diff - half, "high": diff + half, "expert_mean": expert_mean,
-                    "member_mean": mean_ci95(list(self.returns[(scenario, member)].values()))[0],
-                })
+                rows.append(
+                    {
+                        "scenario": scenario,
+                        "member": member,
+                        "n": n,
+                        "diff": diff,
+                        "ci95": half,
+                        "low": diff - half,
+                        "high": diff + half,
+                        "expert_mean": expert_mean,
+                        "member_mean": mean_ci95(list(self.returns[(scenario, member)].values()))[
+                            0
+                        ],
+                    }
+                )
         return rows
 
     def not_beaten(self) -> list[dict[str, Any]]:
@@ -100,13 +113,30 @@ class ExpertMatrix:
         rows = []
         for scenario in self.scenarios:
             diff, half, n = self.paired(scenario, bid, idle)
-            rows.append({"scenario": scenario, "n": n, "diff": diff, "ci95": half,
-                         "low": diff - half, "high": diff + half})
+            rows.append(
+                {
+                    "scenario": scenario,
+                    "n": n,
+                    "diff": diff,
+                    "ci95": half,
+                    "low": diff - half,
+                    "high": diff + half,
+                }
+            )
         return rows
 
     def csv(self) -> str:
-        keys = ("scenario", "member", "n", "diff", "ci95", "low", "high", "expert_mean",
-                "member_mean")
+        keys = (
+            "scenario",
+            "member",
+            "n",
+            "diff",
+            "ci95",
+            "low",
+            "high",
+            "expert_mean",
+            "member_mean",
+        )
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(keys)
@@ -143,11 +173,19 @@ class ExpertMatrix:
         base = self.baseline()
         if base:
             bid, idle = BASELINE
-            lines += ["", f"Baseline: `{bid}` minus `{idle}` (doing nothing) in seat `{self.seat}`, "
-                          "mean ± 95% CI, same seeds.", "",
-                      "| scenario | difference |", "|---|---:|"]
-            lines += [f"| {r['scenario']} | {r['diff']:+.3f} ± {r['ci95']:.3f}"
-                      f"{'>' if r['low'] > 0 else ''} |" for r in base]
+            lines += [
+                "",
+                f"Baseline: `{bid}` minus `{idle}` (doing nothing) in seat `{self.seat}`, "
+                "mean ± 95% CI, same seeds.",
+                "",
+                "| scenario | difference |",
+                "|---|---:|",
+            ]
+            lines += [
+                f"| {r['scenario']} | {r['diff']:+.3f} ± {r['ci95']:.3f}"
+                f"{'>' if r['low'] > 0 else ''} |"
+                for r in base
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -191,8 +229,10 @@ def expert_matrix(
         raise RunConfigError("no seeds: give at least two (e.g. --seeds 0:30) for a CI")
     members = list(population(expert) if members is None else members)
     if expert in members or len(set(members)) < len(members):
-        raise RunConfigError(f"the members must be distinct agents other than the expert "
-                             f"{expert!r}; got {', '.join(members)}")
+        raise RunConfigError(
+            f"the members must be distinct agents other than the expert "
+            f"{expert!r}; got {', '.join(members)}"
+        )
     if not members:
         raise RunConfigError("no members to compare the expert with: give at least one agent")
     loaded: list[Scenario] = []
@@ -210,12 +250,24 @@ def expert_matrix(
         raise RunConfigError(f"no scenario has the seat {seat!r}")
     # the longest episodes first, so that the pool does not end waiting on one of them
     cost = {sc.name: sc.n_seats * sc.rounds for sc in loaded}
-    jobs = sorted(((sc, agent, seat, seed, sc.name) for sc in loaded
-                   for agent in (expert, *members) for seed in seed_list),
-                  key=lambda j: -cost[j[4]])
-    matrix = ExpertMatrix(expert, members, [sc.name for sc in loaded], seat, seed_list,
-                          {(sc.name, a): {} for sc in loaded for a in (expert, *members)},
-                          {(sc.name, a): 0 for sc in loaded for a in (expert, *members)})
+    jobs = sorted(
+        (
+            (sc, agent, seat, seed, sc.name)
+            for sc in loaded
+            for agent in (expert, *members)
+            for seed in seed_list
+        ),
+        key=lambda j: -cost[j[4]],
+    )
+    matrix = ExpertMatrix(
+        expert,
+        members,
+        [sc.name for sc in loaded],
+        seat,
+        seed_list,
+        {(sc.name, a): {} for sc in loaded for a in (expert, *members)},
+        {(sc.name, a): 0 for sc in loaded for a in (expert, *members)},
+    )
     _run(jobs, matrix, default_workers() if workers is None else max(1, int(workers)), progress)
     if out_dir is not None:
         out = Path(out_dir)
@@ -225,19 +277,29 @@ def expert_matrix(
     return matrix
 
 
-def _run(jobs: list[tuple[Scenario, str, str, int, str]], matrix: ExpertMatrix, workers: int,
-         progress: bool | ProgressFn) -> None:
+def _run(
+    jobs: list[tuple[Scenario, str, str, int, str]],
+    matrix: ExpertMatrix,
+    workers: int,
+    progress: bool | ProgressFn,
+) -> None:
     total, done = len(jobs), 0
     callback = progress if callable(progress) else None
     # the pool is forked before the progress bar starts its refresh thread (as in the runner)
-    pool = (multiprocessing.get_context().Pool(min(workers, total), initializer=ignore_sigint)
-            if workers > 1 and total > 1 else None)
+    pool = (
+        multiprocessing.get_context().Pool(min(workers, total), initializer=ignore_sigint)
+        if workers > 1 and total > 1
+        else None
+    )
     bar = progress_bar(progress is True, "expert matrix")
     try:
         with bar:
             task = bar.add_task("expert matrix", total=total)
-            outcomes = (pool.imap_unordered(_play_seat, jobs, chunksize=4) if pool is not None
-                        else map(_play_seat, jobs))
+            outcomes = (
+                pool.imap_unordered(_play_seat, jobs, chunksize=4)
+                if pool is not None
+                else map(_play_seat, jobs)
+            )
             for name, agent, seed, ret, invalid, error in outcomes:
                 if error:
                     matrix.failed.setdefault(f"{name}/{agent}", {})[seed] = error
@@ -256,5 +318,12 @@ def _run(jobs: list[tuple[Scenario, str, str, int, str]], matrix: ExpertMatrix, 
             pool.join()
 
 
-__all__ = ["BASELINE", "DEFAULT_SEEDS", "EXPERT", "ExpertMatrix", "bidder_scenarios",
-           "expert_matrix", "population"]
+__all__ = [
+    "BASELINE",
+    "DEFAULT_SEEDS",
+    "EXPERT",
+    "ExpertMatrix",
+    "bidder_scenarios",
+    "expert_matrix",
+    "population",
+]

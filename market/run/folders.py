@@ -44,15 +44,18 @@ NOT_CONFIG = RUN_ONLY_KEYS
 
 def config_hash(scenario: Scenario, seats: Mapping[str, str]) -> str:
     """A hash of everything an episode's rows depend on besides the seed."""
-    payload = {"scenario": scenario.model_dump(mode="json", exclude=NOT_CONFIG),
-               "seats": dict(sorted(seats.items()))}
+    payload = {
+        "scenario": scenario.model_dump(mode="json", exclude=NOT_CONFIG),
+        "seats": dict(sorted(seats.items())),
+    }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def scenario_digest(scenario: Scenario) -> str:
-    text = json.dumps(scenario.model_dump(mode="json", exclude=NOT_CONFIG), sort_keys=True,
-                      separators=(",", ":"))
+    text = json.dumps(
+        scenario.model_dump(mode="json", exclude=NOT_CONFIG), sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -63,7 +66,8 @@ def check_seats(scenario: Scenario, seats: Mapping[str, Any] | None) -> dict[str
             raise RunConfigError(
                 f"seat {seat}: the runner takes agent spec strings (e.g. 'truthful', "
                 "'py:package.module:Class?key=value'), so that worker processes can build the "
-                f"agent and the run folder can record it; got {type(spec).__name__}")
+                f"agent and the run folder can record it; got {type(spec).__name__}"
+            )
     try:
         resolved = resolve_seats(scenario, seats)
         for seat, spec in resolved.items():
@@ -77,6 +81,7 @@ def check_seats(scenario: Scenario, seats: Mapping[str, Any] | None) -> dict[str
 
 def _scenario(scenario: str | Path | Scenario) -> Scenario:
     return load_scenario(scenario)  # ScenarioError (a ValueError) names the file, key, problem
+
 
 # ----------------------------------------------------------------------------- one folder
 
@@ -171,6 +176,7 @@ def _describe_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
             was, now = (old.get("seats") or {}).get(seat), new["seats"].get(seat)
             if was != now:
                 return f"seat {seat} holds {was!r} there but {now!r} now"
+
     def config(scenario: Any) -> Any:
         if not isinstance(scenario, dict):
             return scenario
@@ -202,12 +208,14 @@ def _load(folder: RunFolder, fresh: bool) -> None:
             old = json.loads(manifest_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise RunConfigError(
-                f"{manifest_path} is unreadable ({exc}); remove it or use --fresh") from None
+                f"{manifest_path} is unreadable ({exc}); remove it or use --fresh"
+            ) from None
         if not isinstance(old, dict) or old.get("config_hash") != folder.config:
             what = _describe_difference(old if isinstance(old, dict) else {}, new)
             raise RunConfigError(
                 f"{out} holds a run of another configuration ({what}); use another output folder, "
-                "or start over with --fresh (fresh=True in Python)")
+                "or start over with --fresh (fresh=True in Python)"
+            )
     rows_by_seed: dict[int, list[dict[str, Any]]] = defaultdict(list)
     dropped = 0
     for row in read_jsonl(results_path):
@@ -217,7 +225,8 @@ def _load(folder: RunFolder, fresh: bool) -> None:
         if row.get("config") != folder.config:
             raise RunConfigError(
                 f"{results_path} holds rows of another configuration (config {row.get('config')}, "
-                f"this run is {folder.config}); use another output folder, or start over with --fresh")
+                f"this run is {folder.config}); use another output folder, or start over with --fresh"
+            )
         rows_by_seed[row["seed"]].append(row)
     need = set(folder.seats)
     for seed, rows in rows_by_seed.items():
@@ -235,15 +244,29 @@ def _load(folder: RunFolder, fresh: bool) -> None:
     if dropped or len(folder.rounds) != sum(1 for _ in read_jsonl(rounds_path)):
         # rewrite both files with the complete episodes only (in seed order)
         order = sorted(folder.done)
-        _write_atomic(results_path, "".join(_dumps(r) + "\n" for s in order for r in folder.done[s]))
-        _write_atomic(rounds_path, "".join(
-            _dumps({"config": folder.config, "seed": s, "rounds": folder.rounds.get(s, [])}) + "\n"
-            for s in order))
+        _write_atomic(
+            results_path, "".join(_dumps(r) + "\n" for s in order for r in folder.done[s])
+        )
+        _write_atomic(
+            rounds_path,
+            "".join(
+                _dumps({"config": folder.config, "seed": s, "rounds": folder.rounds.get(s, [])})
+                + "\n"
+                for s in order
+            ),
+        )
 
 
-def open_folder(scenario: str | Path | Scenario, seeds: Iterable[int], seats: Mapping[str, Any] | None,
-            out_dir: str | Path, transcripts: bool, fresh: bool, digest_every: int,
-            agent_timeout: float | None = None) -> RunFolder:
+def open_folder(
+    scenario: str | Path | Scenario,
+    seeds: Iterable[int],
+    seats: Mapping[str, Any] | None,
+    out_dir: str | Path,
+    transcripts: bool,
+    fresh: bool,
+    digest_every: int,
+    agent_timeout: float | None = None,
+) -> RunFolder:
     sc = _scenario(scenario)
     try:
         sc = with_agent_timeout(sc, agent_timeout)
@@ -251,10 +274,12 @@ def open_folder(scenario: str | Path | Scenario, seeds: Iterable[int], seats: Ma
         raise RunConfigError(str(exc)) from None
     resolved = check_seats(sc, seats)
     seed_list = list(dict.fromkeys(int(s) for s in seeds))
-    folder = RunFolder(Path(out_dir), sc, resolved, seed_list, config_hash(sc, resolved),
-                     transcripts, digest_every)
+    folder = RunFolder(
+        Path(out_dir), sc, resolved, seed_list, config_hash(sc, resolved), transcripts, digest_every
+    )
     _load(folder, fresh)
     return folder
+
 
 def read_results(out_dir: str | Path) -> list[dict[str, Any]]:
     """Every complete row of a run folder's ``results.jsonl``."""

@@ -59,8 +59,15 @@ class SeatHealth:
     def label(self) -> str:
         return f"{self.seat} ({self.agent})" if self.agent else self.seat
 
-    def add(self, decisions: int = 0, fallbacks: int = 0, agent_errors: int = 0,
-            timeouts: int = 0, repairs: int = 0, first_error: str | None = None) -> None:
+    def add(
+        self,
+        decisions: int = 0,
+        fallbacks: int = 0,
+        agent_errors: int = 0,
+        timeouts: int = 0,
+        repairs: int = 0,
+        first_error: str | None = None,
+    ) -> None:
         self.decisions += decisions
         self.fallbacks += fallbacks
         self.agent_errors += agent_errors
@@ -92,16 +99,20 @@ def judge_counts(round_log: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"verdicts": asked, "fallbacks": failed, "model": model, "first_error": first}
 
 
-def _judge_row(health: dict[tuple[str, str], SeatHealth], where: str,
-               counts: Mapping[str, Any] | None) -> None:
+def _judge_row(
+    health: dict[tuple[str, str], SeatHealth], where: str, counts: Mapping[str, Any] | None
+) -> None:
     if not counts or not counts.get("verdicts"):
         return
     model = counts.get("model")
     key = (where, JUDGE)
     if key not in health:
         health[key] = SeatHealth(f"{where}{JUDGE}", f"LLM judge {model}" if model else "LLM judge")
-    health[key].add(decisions=int(counts["verdicts"]), fallbacks=int(counts.get("fallbacks", 0)),
-                    first_error=counts.get("first_error"))
+    health[key].add(
+        decisions=int(counts["verdicts"]),
+        fallbacks=int(counts.get("fallbacks", 0)),
+        first_error=counts.get("first_error"),
+    )
 
 
 def from_rows(rows: Iterable[Mapping[str, Any]], prefix: str = "") -> list[SeatHealth]:
@@ -122,7 +133,8 @@ def from_rows(rows: Iterable[Mapping[str, Any]], prefix: str = "") -> list[SeatH
             agent_errors=int(row.get("agent_errors", 0) or 0),
             timeouts=int(row.get("timeouts", 0) or 0),
             repairs=int(row.get("repairs", stats.get("retries", 0)) or 0),
-            first_error=row.get("first_error") or row.get("last_agent_error"))
+            first_error=row.get("first_error") or row.get("last_agent_error"),
+        )
         episode = (prefix, row.get("config"), row.get("seed"))
         if episode not in judged:
             judged.add(episode)
@@ -136,11 +148,14 @@ def seat_counts(result: Any) -> dict[str, dict[str, Any]]:
     for seat in result.seats:
         stats = result.agent_stats.get(seat) or {}
         errors, timeouts = int(result.agent_errors.get(seat, 0)), int(result.timeouts.get(seat, 0))
-        out[seat] = {"decisions": int(result.decisions.get(seat, 0)), "agent_errors": errors,
-                     "timeouts": timeouts,
-                     "fallbacks": errors + timeouts + int(stats.get("fallbacks", 0) or 0),
-                     "repairs": int(stats.get("retries", 0) or 0),
-                     "first_error": result.first_error.get(seat)}
+        out[seat] = {
+            "decisions": int(result.decisions.get(seat, 0)),
+            "agent_errors": errors,
+            "timeouts": timeouts,
+            "fallbacks": errors + timeouts + int(stats.get("fallbacks", 0) or 0),
+            "repairs": int(stats.get("retries", 0) or 0),
+            "first_error": result.first_error.get(seat),
+        }
     return out
 
 
@@ -156,9 +171,13 @@ def from_matches(records: Iterable[Mapping[str, Any]]) -> list[SeatHealth]:
             key = (role, agent)
             if key not in health:
                 health[key] = SeatHealth(role, agent)
-            health[key].add(**{k: counts.get(k, 0) for k in
-                               ("decisions", "fallbacks", "agent_errors", "timeouts", "repairs")},
-                            first_error=counts.get("first_error"))
+            health[key].add(
+                **{
+                    k: counts.get(k, 0)
+                    for k in ("decisions", "fallbacks", "agent_errors", "timeouts", "repairs")
+                },
+                first_error=counts.get("first_error"),
+            )
         _judge_row(health, "", rec.get("judge"))
     return list(health.values())
 
@@ -174,12 +193,22 @@ def from_episodes(episodes: Sequence[Any]) -> list[SeatHealth]:
         for ev in ep.events:
             if not ev.live:
                 continue
-            c = counts.setdefault(ev.seat, {"decisions": 0, "fallbacks": 0, "agent_errors": 0,
-                                            "timeouts": 0, "repairs": 0, "first_error": None})
+            c = counts.setdefault(
+                ev.seat,
+                {
+                    "decisions": 0,
+                    "fallbacks": 0,
+                    "agent_errors": 0,
+                    "timeouts": 0,
+                    "repairs": 0,
+                    "first_error": None,
+                },
+            )
             c["decisions"] += 1
             c["repairs"] += ev.repairs
-            error = ev.agent_error or (f"fallback: {ev.llm_error or 'no usable reply'}"
-                                       if ev.fallback else None)
+            error = ev.agent_error or (
+                f"fallback: {ev.llm_error or 'no usable reply'}" if ev.fallback else None
+            )
             if error is None:
                 continue
             c["fallbacks"] += 1
@@ -208,53 +237,88 @@ def warnings(health: Iterable[SeatHealth], share: float = WARN_SHARE) -> list[st
         parts += [f"{h.timeouts} timed out"] if h.timeouts else []
         own = h.fallbacks - h.agent_errors - h.timeouts
         if own:
-            parts.append(f"{own} model failures" if h.seat.endswith(JUDGE)
-                         else f"{own} without a usable reply")
-        out.append(f"{h.label} fell back on {h.share:.0%} of its {h.decisions} decisions "
-                   f"({', '.join(parts)}); first error: {h.first_error or 'none recorded'}")
+            parts.append(
+                f"{own} model failures"
+                if h.seat.endswith(JUDGE)
+                else f"{own} without a usable reply"
+            )
+        out.append(
+            f"{h.label} fell back on {h.share:.0%} of its {h.decisions} decisions "
+            f"({', '.join(parts)}); first error: {h.first_error or 'none recorded'}"
+        )
     return out
 
 
-def print_health(console: Any, health: Sequence[SeatHealth], *, strict: float | None = None,
-                 what: str = "decisions") -> None:
+def print_health(
+    console: Any,
+    health: Sequence[SeatHealth],
+    *,
+    strict: float | None = None,
+    what: str = "decisions",
+) -> None:
     """Under a results table: a table of the seats with any failure or repair, then a loud
     warning per seat above :data:`WARN_SHARE` and the first error of the others; or one line
     saying there was none."""
     troubled = [h for h in health if h.troubled]
     total = sum(h.decisions for h in health)
     if not troubled:
-        console.print(f"agent health: no fallbacks, agent errors, timeouts or repairs in {total} "
-                      f"{what}", style="green", highlight=False)
+        console.print(
+            f"agent health: no fallbacks, agent errors, timeouts or repairs in {total} {what}",
+            style="green",
+            highlight=False,
+        )
         return
-    table = Table(title="agent health: decisions that fell back (errors + timeouts + the "
-                        "agent's own fallbacks) and LLM repairs", title_justify="left")
+    table = Table(
+        title="agent health: decisions that fell back (errors + timeouts + the "
+        "agent's own fallbacks) and LLM repairs",
+        title_justify="left",
+    )
     for col in ("seat", "agent", "decisions", "fell back", "errors", "timeouts", "repairs"):
-        table.add_column(col, justify="left" if col in ("seat", "agent") else "right",
-                         no_wrap=col not in ("seat", "agent"), overflow="fold")
+        table.add_column(
+            col,
+            justify="left" if col in ("seat", "agent") else "right",
+            no_wrap=col not in ("seat", "agent"),
+            overflow="fold",
+        )
     for h in troubled:
         style = "bold red" if h.share > WARN_SHARE else ("yellow" if h.fallbacks else None)
-        table.add_row(escape(h.seat), escape(h.agent), str(h.decisions),
-                      f"{h.fallbacks} ({h.share:.0%})", str(h.agent_errors), str(h.timeouts),
-                      str(h.repairs), style=style)
+        table.add_row(
+            escape(h.seat),
+            escape(h.agent),
+            str(h.decisions),
+            f"{h.fallbacks} ({h.share:.0%})",
+            str(h.agent_errors),
+            str(h.timeouts),
+            str(h.repairs),
+            style=style,
+        )
     console.print(table)
     loud = {id(h) for h in over_share(troubled, WARN_SHARE)}
     for line in warnings(troubled):
         console.print(f"[bold red]WARNING[/]: {escape(line)}", highlight=False)
     for h in troubled:
         if id(h) not in loud and h.first_error:
-            console.print(f"{escape(h.label)}: first error: {escape(h.first_error[:300])}",
-                          highlight=False)
+            console.print(
+                f"{escape(h.label)}: first error: {escape(h.first_error[:300])}", highlight=False
+            )
     if strict is None and any(h.fallbacks for h in health):
-        console.print(f"(--strict [SHARE] exits with code {STRICT_EXIT} when a seat falls back "
-                      "on more than SHARE of its decisions)", style="dim", highlight=False)
+        console.print(
+            f"(--strict [SHARE] exits with code {STRICT_EXIT} when a seat falls back "
+            "on more than SHARE of its decisions)",
+            style="dim",
+            highlight=False,
+        )
 
 
 def strict_failures(health: Sequence[SeatHealth], share: float | None) -> list[str]:
     """The one-line reasons a ``--strict SHARE`` run fails (empty: it passes)."""
     if share is None:
         return []
-    return [f"{h.label} fell back on {h.fallbacks} of {h.decisions} decisions ({h.share:.1%}), "
-            f"above --strict {share:g}" for h in over_share(health, share)]
+    return [
+        f"{h.label} fell back on {h.fallbacks} of {h.decisions} decisions ({h.share:.1%}), "
+        f"above --strict {share:g}"
+        for h in over_share(health, share)
+    ]
 
 
 def parse_share(text: str) -> float:
@@ -265,8 +329,10 @@ def parse_share(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--strict {text!r}: give the share of failed decisions a seat may have, from 0 to 1 "
-            "(e.g. 0.1) or as a percentage (e.g. 10%)") from None
+            "(e.g. 0.1) or as a percentage (e.g. 10%)"
+        ) from None
     if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"--strict {text!r}: give a share from 0 to 1 (or 0% to "
-                                         "100%)")
+        raise argparse.ArgumentTypeError(
+            f"--strict {text!r}: give a share from 0 to 1 (or 0% to 100%)"
+        )
     return value

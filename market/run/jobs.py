@@ -35,10 +35,32 @@ Finished = Callable[[int, tuple[int, Any, Any, str | None]], None]
 
 #: the keys of a results row, in order
 ROW_KEYS = (
-    "config", "scenario", "seed", "seat", "agent", "role",
-    "return", "components", "invalid_actions", "decisions", "agent_errors", "timeouts",
-    "fallbacks", "repairs", "tokens", "stats", "first_error", "last_agent_error",
-    "welfare_ratio", "revenue", "mean_price", "designer", "judge", "rounds", "steps", "seconds",
+    "config",
+    "scenario",
+    "seed",
+    "seat",
+    "agent",
+    "role",
+    "return",
+    "components",
+    "invalid_actions",
+    "decisions",
+    "agent_errors",
+    "timeouts",
+    "fallbacks",
+    "repairs",
+    "tokens",
+    "stats",
+    "first_error",
+    "last_agent_error",
+    "welfare_ratio",
+    "revenue",
+    "mean_price",
+    "designer",
+    "judge",
+    "rounds",
+    "steps",
+    "seconds",
     "transcript",
 )
 #: designer parts averaged over an episode's rounds (``row["designer"]``)
@@ -54,9 +76,13 @@ class RunInterrupted(KeyboardInterrupt):  # noqa: N818 - it is a KeyboardInterru
 
     def __init__(self, done: int, total: int, folders: Sequence[Path]) -> None:
         self.done, self.total, self.folders = done, total, list(folders)
-        where = ", ".join(str(f) for f in self.folders[:3]) + (" ..." if len(self.folders) > 3 else "")
-        super().__init__(f"interrupted: {done} of {total} episode(s) finished and kept in {where}; "
-                         "run the same command again to resume")
+        where = ", ".join(str(f) for f in self.folders[:3]) + (
+            " ..." if len(self.folders) > 3 else ""
+        )
+        super().__init__(
+            f"interrupted: {done} of {total} episode(s) finished and kept in {where}; "
+            "run the same command again to resume"
+        )
 
 
 # ----------------------------------------------------------------------------- rows
@@ -90,29 +116,39 @@ def episode_rows(result: EpisodeResult, config: str) -> list[dict[str, Any]]:
     rows = []
     health = seat_counts(result)
     for seat, agent in result.seats.items():
-        stats = {k: v for k, v in (result.agent_stats.get(seat) or {}).items()
-                 if isinstance(v, int | float)}
+        stats = {
+            k: v
+            for k, v in (result.agent_stats.get(seat) or {}).items()
+            if isinstance(v, int | float)
+        }
         counts = health[seat]
-        rows.append({
-            "config": config, "scenario": result.scenario, "seed": result.seed, "seat": seat,
-            "agent": agent, "role": "designer" if seat == DESIGNER else "bidder",
-            "return": result.returns.get(seat, 0.0),
-            "components": dict(result.components.get(seat, {})),
-            "invalid_actions": int(result.invalid_actions.get(seat, 0)),
-            "decisions": counts["decisions"],
-            "agent_errors": counts["agent_errors"],
-            "timeouts": counts["timeouts"],
-            # an agent error or timeout makes the runner play the fallback action; an LLM agent
-            # also falls back on its own when no valid action can be parsed (stats["fallbacks"])
-            "fallbacks": counts["fallbacks"],
-            "repairs": counts["repairs"],  # an LLM seat re-asked after an unusable reply
-            "tokens": _tokens(stats),
-            "stats": stats,
-            "first_error": counts["first_error"],
-            "last_agent_error": result.last_agent_error.get(seat),
-            **episode,
-        })
+        rows.append(
+            {
+                "config": config,
+                "scenario": result.scenario,
+                "seed": result.seed,
+                "seat": seat,
+                "agent": agent,
+                "role": "designer" if seat == DESIGNER else "bidder",
+                "return": result.returns.get(seat, 0.0),
+                "components": dict(result.components.get(seat, {})),
+                "invalid_actions": int(result.invalid_actions.get(seat, 0)),
+                "decisions": counts["decisions"],
+                "agent_errors": counts["agent_errors"],
+                "timeouts": counts["timeouts"],
+                # an agent error or timeout makes the runner play the fallback action; an LLM agent
+                # also falls back on its own when no valid action can be parsed (stats["fallbacks"])
+                "fallbacks": counts["fallbacks"],
+                "repairs": counts["repairs"],  # an LLM seat re-asked after an unusable reply
+                "tokens": _tokens(stats),
+                "stats": stats,
+                "first_error": counts["first_error"],
+                "last_agent_error": result.last_agent_error.get(seat),
+                **episode,
+            }
+        )
     return rows
+
 
 # ----------------------------------------------------------------------------- workers
 
@@ -121,7 +157,9 @@ def play(job: tuple[Any, ...]) -> tuple[int, list[dict[str, Any]] | None, list[A
     """Worker: one episode -> (seed, rows, round log, error). Never raises for an episode bug."""
     scenario, seed, seats, transcript, digest_every, config = job
     try:
-        result = run_episode(scenario, seed, seats, transcript=transcript, digest_every=digest_every)
+        result = run_episode(
+            scenario, seed, seats, transcript=transcript, digest_every=digest_every
+        )
     except Exception as exc:  # an env or agent-construction bug: report it, keep the run going
         return seed, None, [], f"{type(exc).__name__}: {exc}"[:1000]
     return seed, episode_rows(result, config), result.round_log, None

@@ -25,9 +25,14 @@ from scenarios import deep_merge, load_scenario
 from scenarios.schema import Scenario
 
 #: the robust fixed mechanism of the DAEDALUS headline
-ROBUST = {"auction_type": "second_price", "reserve_price": 2.0, "reveal_clearing_price": True,
-          "reveal_reserve": True, "coalition_policy": "penalize_suspected",
-          "collusion_penalty": 30.0}
+ROBUST = {
+    "auction_type": "second_price",
+    "reserve_price": 2.0,
+    "reveal_clearing_price": True,
+    "reveal_reserve": True,
+    "coalition_policy": "penalize_suspected",
+    "collusion_penalty": 30.0,
+}
 #: candidate mechanisms: name -> (designer spec, [mechanism] overrides or None for the scenario's)
 CANDIDATES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "robust": ("fixed", ROBUST),
@@ -38,8 +43,18 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "random": ("random", None),
 }
 #: built-in bidder strategies a bidder type may deviate to
-ALTERNATIVES = ("truthful", "shader", "colluder", "dropout", "exploiter", "greedy_hoarder",
-                "no_negotiation", "rule_expert", "always_accept", "random_valid")
+ALTERNATIVES = (
+    "truthful",
+    "shader",
+    "colluder",
+    "dropout",
+    "exploiter",
+    "greedy_hoarder",
+    "no_negotiation",
+    "rule_expert",
+    "always_accept",
+    "random_valid",
+)
 METRICS = ("composite", "welfare_ratio", "revenue", "fairness", "participation", "stability")
 
 
@@ -102,8 +117,14 @@ class MechanismReport:
             for name in METRICS:
                 row[name], row[f"{name}_ci95"] = self.metric(m, name)
             kind, alt, gain, half = self.max_regret(m)
-            row.update({"max_regret": gain, "max_regret_ci95": half, "regret_type": kind,
-                        "regret_alternative": alt})
+            row.update(
+                {
+                    "max_regret": gain,
+                    "max_regret_ci95": half,
+                    "regret_type": kind,
+                    "regret_alternative": alt,
+                }
+            )
             out.append(row)
         return out
 
@@ -113,9 +134,17 @@ class MechanismReport:
             for dev in self.deviations.get(m, []):
                 for alt in dev.alternatives:
                     gain, half = dev.gain(alt)
-                    out.append({"mechanism": m, "bidder_type": dev.bidder_type, "seat": dev.seat,
-                                "alternative": alt, "gain": gain, "ci95": half,
-                                "best": alt == dev.best[0]})
+                    out.append(
+                        {
+                            "mechanism": m,
+                            "bidder_type": dev.bidder_type,
+                            "seat": dev.seat,
+                            "alternative": alt,
+                            "gain": gain,
+                            "ci95": half,
+                            "best": alt == dev.best[0],
+                        }
+                    )
         return out
 
     def csv(self) -> str:
@@ -142,8 +171,9 @@ class MechanismReport:
             cells = [m]
             for name in METRICS:
                 mean, half = self.metric(m, name)
-                cells.append(f"{mean:.1f} ± {half:.1f}" if name == "revenue"
-                             else f"{mean:.3f} ± {half:.3f}")
+                cells.append(
+                    f"{mean:.1f} ± {half:.1f}" if name == "revenue" else f"{mean:.3f} ± {half:.3f}"
+                )
             devs = {d.bidder_type: d for d in self.deviations.get(m, [])}
             for t in types:
                 dev = devs.get(t)
@@ -160,35 +190,80 @@ class MechanismReport:
         charts = []
         for i, name in enumerate(METRICS):
             bars = [(m, *self.metric(m, name)) for m in self.mechanisms]
-            charts.append(bar_chart(name, bars, plot_id=f"m{i}",
-                                    y_label="credits" if name == "revenue" else ""))
+            charts.append(
+                bar_chart(
+                    name, bars, plot_id=f"m{i}", y_label="credits" if name == "revenue" else ""
+                )
+            )
         regret = [(m, *self.max_regret(m)[2:]) for m in self.mechanisms]
-        charts.append(bar_chart("max gain from deviating (any bidder type)", regret,
-                                plot_id="regret", y_label="return"))
+        charts.append(
+            bar_chart(
+                "max gain from deviating (any bidder type)",
+                regret,
+                plot_id="regret",
+                y_label="return",
+            )
+        )
         for j, m in enumerate(self.mechanisms):
-            bars = [(d.bidder_type, d.best[1], d.best[2])
-                    for d in self.deviations.get(m, []) if d.best[0] is not None]
+            bars = [
+                (d.bidder_type, d.best[1], d.best[2])
+                for d in self.deviations.get(m, [])
+                if d.best[0] is not None
+            ]
             if bars:
-                charts.append(bar_chart(f"{m}: best deviation's gain per bidder type", bars,
-                                        plot_id=f"d{j}", y_label="return"))
+                charts.append(
+                    bar_chart(
+                        f"{m}: best deviation's gain per bidder type",
+                        bars,
+                        plot_id=f"d{j}",
+                        y_label="return",
+                    )
+                )
         table = [h("tr", [h("th", k) for k in ("mechanism", *METRICS, "max regret")])]
         for row in self.table():
             cells = [h("td", row["mechanism"])]
-            cells += [h("td", f"{row[k]:.{1 if k == 'revenue' else 3}f} ± "
-                              f"{row[k + '_ci95']:.{1 if k == 'revenue' else 3}f}", class_="num")
-                      for k in METRICS]
-            cells.append(h("td", "" if row["regret_type"] is None else
-                           f"{row['max_regret']:+.3f} ± {row['max_regret_ci95']:.3f} "
-                           f"({row['regret_type']}→{row['regret_alternative']})", class_="num"))
+            cells += [
+                h(
+                    "td",
+                    f"{row[k]:.{1 if k == 'revenue' else 3}f} ± "
+                    f"{row[k + '_ci95']:.{1 if k == 'revenue' else 3}f}",
+                    class_="num",
+                )
+                for k in METRICS
+            ]
+            cells.append(
+                h(
+                    "td",
+                    ""
+                    if row["regret_type"] is None
+                    else f"{row['max_regret']:+.3f} ± {row['max_regret_ci95']:.3f} "
+                    f"({row['regret_type']}→{row['regret_alternative']})",
+                    class_="num",
+                )
+            )
             table.append(h("tr", cells))
         title = f"gpumarket mechanisms: {self.scenario}"
-        head = h("head", h("meta", charset="utf-8"),
-                 h("meta", http_equiv="Content-Security-Policy", content=content_security_policy()),
-                 h("title", title), Safe(f"<style>{CSS}</style>"))
-        body = h("body", h("header", h("h1", title), h("p", f"{len(self.seeds)} seed(s), "
-                                                            f"{seed_text(self.seeds)}", class_="muted")),
-                 h("main", h("div", h("table", table), class_="tw"),
-                   h("div", charts, class_="plots"), h("ul", [h("li", n) for n in self.notes])))
+        head = h(
+            "head",
+            h("meta", charset="utf-8"),
+            h("meta", http_equiv="Content-Security-Policy", content=content_security_policy()),
+            h("title", title),
+            Safe(f"<style>{CSS}</style>"),
+        )
+        body = h(
+            "body",
+            h(
+                "header",
+                h("h1", title),
+                h("p", f"{len(self.seeds)} seed(s), {seed_text(self.seeds)}", class_="muted"),
+            ),
+            h(
+                "main",
+                h("div", h("table", table), class_="tw"),
+                h("div", charts, class_="plots"),
+                h("ul", [h("li", n) for n in self.notes]),
+            ),
+        )
         return "<!DOCTYPE html>\n" + h("html", head, body, lang="en") + "\n"
 
 
@@ -250,8 +325,9 @@ def evaluate_mechanisms(
     names = list(candidates or CANDIDATES)
     unknown = [n for n in names if n not in CANDIDATES]
     if unknown:
-        raise RunConfigError(f"unknown mechanism(s) {', '.join(unknown)}; "
-                             f"choose from {', '.join(CANDIDATES)}")
+        raise RunConfigError(
+            f"unknown mechanism(s) {', '.join(unknown)}; choose from {', '.join(CANDIDATES)}"
+        )
     alts = list(alternatives or ALTERNATIVES)
     notes = []
     if not sc.designer_seat and "random" in names:
@@ -277,34 +353,65 @@ def evaluate_mechanisms(
         for kind, seat in types.items():
             for alt in alts:
                 if alt != kind:
-                    devs[(m, kind, alt)] = open_folder(msc, seeds, {**seats, seat: alt},
-                                                   out / m / f"{slug(kind)}@{seat}-{slug(alt)}",
-                                                   False, fresh, 1, agent_timeout)
-    execute([*base.values(), *devs.values()], workers=workers, backend=backend, address=address,
-            progress=progress, label="mechanisms")
+                    devs[(m, kind, alt)] = open_folder(
+                        msc,
+                        seeds,
+                        {**seats, seat: alt},
+                        out / m / f"{slug(kind)}@{seat}-{slug(alt)}",
+                        False,
+                        fresh,
+                        1,
+                        agent_timeout,
+                    )
+    execute(
+        [*base.values(), *devs.values()],
+        workers=workers,
+        backend=backend,
+        address=address,
+        progress=progress,
+        label="mechanisms",
+    )
 
     def seat_returns(folder: RunFolder, seat: str) -> dict[int, float]:
-        return {s: next(r["return"] for r in folder.done[s] if r["seat"] == seat)
-                for s in folder.seeds if s in folder.done}
+        return {
+            s: next(r["return"] for r in folder.done[s] if r["seat"] == seat)
+            for s in folder.seeds
+            if s in folder.done
+        }
 
-    report = MechanismReport(sc.name, seeds, names,
-                             {m: _episode_metrics(f) for m, f in base.items()}, {}, notes)
+    report = MechanismReport(
+        sc.name, seeds, names, {m: _episode_metrics(f) for m, f in base.items()}, {}, notes
+    )
     for m in names:
-        report.deviations[m] = [
-            Deviation(m, kind, seat, seat_returns(base[m], seat),
-                      {alt: seat_returns(devs[(m, kind, alt)], seat)
-                       for alt in alts if (m, kind, alt) in devs})
-            for kind, seat in types.items()
-        ] if deviations else []
+        report.deviations[m] = (
+            [
+                Deviation(
+                    m,
+                    kind,
+                    seat,
+                    seat_returns(base[m], seat),
+                    {
+                        alt: seat_returns(devs[(m, kind, alt)], seat)
+                        for alt in alts
+                        if (m, kind, alt) in devs
+                    },
+                )
+                for kind, seat in types.items()
+            ]
+            if deviations
+            else []
+        )
     report.failed = {str(f.out): f.failed for f in [*base.values(), *devs.values()] if f.failed}
     report.health = folder_health([*base.values(), *devs.values()], out)
     report.notes.append(
         "revenue: auction revenue in credits per episode; the other metrics are per-round means of "
-        "the designer parts (round_log[r]['designer']); composite is the designer's reward")
+        "the designer parts (round_log[r]['designer']); composite is the designer's reward"
+    )
     if deviations:
         report.notes.append(
             "the best of several alternatives is picked on the same seeds it is measured on, so "
-            "its gain is biased upwards (a conservative incentive-compatibility check)")
+            "its gain is biased upwards (a conservative incentive-compatibility check)"
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / "mechanisms.csv").write_text(report.csv(), encoding="utf-8")
     (out / "deviations.csv").write_text(report.deviations_csv(), encoding="utf-8")
@@ -313,5 +420,12 @@ def evaluate_mechanisms(
     return report
 
 
-__all__ = ["ALTERNATIVES", "CANDIDATES", "METRICS", "ROBUST", "Deviation", "MechanismReport",
-           "evaluate_mechanisms"]
+__all__ = [
+    "ALTERNATIVES",
+    "CANDIDATES",
+    "METRICS",
+    "ROBUST",
+    "Deviation",
+    "MechanismReport",
+    "evaluate_mechanisms",
+]

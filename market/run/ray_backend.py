@@ -49,8 +49,10 @@ def _ray() -> Any:
     try:
         import ray  # type: ignore[import-not-found]
     except ImportError:
-        raise RayBackendError("backend 'ray' needs Ray on this machine and on every node: "
-                              "pip install 'gpumarket[ray]'") from None
+        raise RayBackendError(
+            "backend 'ray' needs Ray on this machine and on every node: "
+            "pip install 'gpumarket[ray]'"
+        ) from None
     return ray
 
 
@@ -66,22 +68,32 @@ def _check_workers(ray: Any) -> None:
         raise RayBackendError(
             "Ray workers cannot import gpumarket; install the project on every node "
             f"(pip install 'gpumarket[ray]', or pip install -e . in a checkout): "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
     if found["version"] != __version__:
-        raise RayBackendError(f"Ray workers run gpumarket {found['version']} but this driver runs "
-                              f"{__version__}; install the same version on every node")
+        raise RayBackendError(
+            f"Ray workers run gpumarket {found['version']} but this driver runs "
+            f"{__version__}; install the same version on every node"
+        )
     if tuple(found["python"]) != tuple(sys.version_info[:2]):
-        raise RayBackendError(f"Ray workers run Python {found['python'][0]}.{found['python'][1]} "
-                              f"but this driver runs {sys.version_info[0]}.{sys.version_info[1]}; "
-                              "Ray needs the same Python minor version everywhere")
+        raise RayBackendError(
+            f"Ray workers run Python {found['python'][0]}.{found['python'][1]} "
+            f"but this driver runs {sys.version_info[0]}.{sys.version_info[1]}; "
+            "Ray needs the same Python minor version everywhere"
+        )
 
 
 def _local_init_options() -> dict[str, Any]:
     """A private, light single-machine instance: no dashboard, a small object store, and a
     short temp dir (Ray's socket paths must stay under 107 bytes)."""
     temp = tempfile.mkdtemp(prefix="gm-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    return {"address": "local", "num_cpus": default_workers(), "include_dashboard": False,
-            "object_store_memory": 100 * 1024 * 1024, "_temp_dir": temp}
+    return {
+        "address": "local",
+        "num_cpus": default_workers(),
+        "include_dashboard": False,
+        "object_store_memory": 100 * 1024 * 1024,
+        "_temp_dir": temp,
+    }
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -90,14 +102,17 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
         return
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
-        raise RayBackendError(f"--address {address!r}: give the head's HOST:PORT "
-                              "(e.g. 10.0.0.5:6379), or 'auto' on a cluster node")
+        raise RayBackendError(
+            f"--address {address!r}: give the head's HOST:PORT "
+            "(e.g. 10.0.0.5:6379), or 'auto' on a cluster node"
+        )
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as exc:
         raise RayBackendError(
             f"no Ray head answers at {address} ({exc.strerror or exc}); start one with "
-            f"`ray start --head --port {port}` or check the address") from None
+            f"`ray start --head --port {port}` or check the address"
+        ) from None
 
 
 @contextmanager
@@ -113,13 +128,17 @@ def ray_session(address: str | None = None) -> Iterator[Any]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address:
         check_reachable(address)
-    options: dict[str, Any] = ({"address": address} if address else _local_init_options())
+    options: dict[str, Any] = {"address": address} if address else _local_init_options()
     try:
         ray.init(log_to_driver=False, logging_level="error", **options)
     except Exception as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        hint = (" — is the head running (ray start --head --port PORT) and RAY_AUTH_MODE the "
-                "same here as on the cluster?" if address else "")
+        hint = (
+            " — is the head running (ray start --head --port PORT) and RAY_AUTH_MODE the "
+            "same here as on the cluster?"
+            if address
+            else ""
+        )
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RayBackendError(f"could not start or reach {where}: {first}{hint}") from None
     try:
@@ -138,8 +157,9 @@ def batch_size(n_items: int, cpus: float) -> int:
     return max(1, min(MAX_BATCH, math.ceil(n_items / max(1.0, 4 * cpus))))
 
 
-def _play_batch(fn: Callable[[Any], Any],
-                batch: list[tuple[int, Any]]) -> Iterator[tuple[int, str, Any]]:
+def _play_batch(
+    fn: Callable[[Any], Any], batch: list[tuple[int, Any]]
+) -> Iterator[tuple[int, str, Any]]:
     """The Ray task: play each item and stream ``(position, node id, result)`` back as it ends."""
     import ray  # type: ignore[import-not-found]
 
@@ -159,13 +179,25 @@ class RayStats:
 
     def summary(self) -> str:
         nodes = ", ".join(f"{node[:8]}: {n}" for node, n in sorted(self.per_node.items()))
-        again = f"; {self.resubmitted} batch(es) sent again after a lost worker" if self.resubmitted else ""
-        return (f"ray: {sum(self.per_node.values())} episode(s) on {len(self.per_node)} node(s) "
-                f"({nodes}) in {self.batches} task(s) of up to {self.batch}{again}")
+        again = (
+            f"; {self.resubmitted} batch(es) sent again after a lost worker"
+            if self.resubmitted
+            else ""
+        )
+        return (
+            f"ray: {sum(self.per_node.values())} episode(s) on {len(self.per_node)} node(s) "
+            f"({nodes}) in {self.batches} task(s) of up to {self.batch}{again}"
+        )
 
 
-def ray_map(fn: Callable[[Any], Any], items: Sequence[Any], *, address: str | None = None,
-            batch: int | None = None, stats: RayStats | None = None) -> Iterator[tuple[int, Any]]:
+def ray_map(
+    fn: Callable[[Any], Any],
+    items: Sequence[Any],
+    *,
+    address: str | None = None,
+    batch: int | None = None,
+    stats: RayStats | None = None,
+) -> Iterator[tuple[int, Any]]:
     """``(position, fn(items[position]))`` for every item, in the order they finish, computed on
     Ray (see the module doc). ``fn`` must be importable (a module-level function of an installed
     package). An exception raised by ``fn`` itself propagates; a lost worker or node does not.
@@ -177,8 +209,9 @@ def ray_map(fn: Callable[[Any], Any], items: Sequence[Any], *, address: str | No
         yield from _stream(ray, fn, items, batch, stats if stats is not None else RayStats())
 
 
-def _stream(ray: Any, fn: Callable[[Any], Any], items: Sequence[Any],
-            batch: int | None, stats: RayStats) -> Iterator[tuple[int, Any]]:
+def _stream(
+    ray: Any, fn: Callable[[Any], Any], items: Sequence[Any], batch: int | None, stats: RayStats
+) -> Iterator[tuple[int, Any]]:
     cpus = float(ray.cluster_resources().get("CPU", 1.0))
     size = stats.batch = batch or batch_size(len(items), cpus)
     task = ray.remote(_play_batch).options(num_returns="streaming", num_cpus=1, max_retries=2)
@@ -193,7 +226,7 @@ def _stream(ray: Any, fn: Callable[[Any], Any], items: Sequence[Any],
 
     everything = list(range(len(items)))
     for start in range(0, len(everything), size):
-        submit(everything[start:start + size], 0)
+        submit(everything[start : start + size], 0)
     try:
         while running:
             ready, _ = ray.wait(list(running), num_returns=1)
@@ -213,7 +246,8 @@ def _stream(ray: Any, fn: Callable[[Any], Any], items: Sequence[Any],
                     raise RayBackendError(
                         f"{len(left)} item(s) failed {tries + 1} times on the cluster "
                         f"({type(exc).__name__}); the finished ones are kept, run again to "
-                        "resume") from None
+                        "resume"
+                    ) from None
                 if left:
                     submit(left, tries + 1)
                 continue
@@ -228,5 +262,12 @@ def _stream(ray: Any, fn: Callable[[Any], Any], items: Sequence[Any],
                 ray.cancel(gen, force=True)
 
 
-__all__ = ["MAX_BATCH", "RayBackendError", "RayStats", "batch_size", "check_reachable", "ray_map",
-           "ray_session"]
+__all__ = [
+    "MAX_BATCH",
+    "RayBackendError",
+    "RayStats",
+    "batch_size",
+    "check_reachable",
+    "ray_map",
+    "ray_session",
+]

@@ -12,19 +12,15 @@ argument): an agent that raises or runs past it is counted and its seat plays
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import math
-import queue
-import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.base import BaseAgent
 from agents.llm.backends.base import RequestLimiter
 from agents.llm.backends.pool import Budget, ClientPool
 from agents.registry import make_agent
@@ -32,6 +28,7 @@ from market.core.actions import ActionModel, Bid, Wait
 from market.core.seats import DESIGNER, bidder_seat
 from market.environment.aec import raw_env
 from market.record.transcript import EpisodeRecorder
+from market.run.deadlines import AgentTimeout, Deadline, resolve_timeout, with_agent_timeout
 from scenarios import load_scenario
 from scenarios.schema import Scenario
 
@@ -80,7 +77,9 @@ def resolve_seats(scenario: Scenario, seats: Mapping[str, Any] | None) -> dict[s
     resolved: dict[str, Any] = dict(default_seats(scenario))
     for seat, spec in (seats or {}).items():
         if seat not in resolved:
-            raise ValueError(f"seat {seat!r} is not in scenario {scenario.name!r}; seats: {', '.join(resolved)}")
+            raise ValueError(
+                f"seat {seat!r} is not in scenario {scenario.name!r}; seats: {', '.join(resolved)}"
+            )
         resolved[seat] = spec
     return resolved
 
@@ -94,153 +93,14 @@ def fallback_action(obs: Any) -> ActionModel:
     return Bid(bids=[]) if getattr(obs, "phase", None) == "bidding" else Wait()
 
 
-class AgentTimeout(TimeoutError):
-    """A decision took longer than the seat's time limit (the seat played its fallback)."""
-
-
-def resolve_timeout(scenario: Scenario, agent_timeout: float | None) -> float | None:
-    """The time limit in seconds for one decision: ``agent_timeout`` if given, else the
-    scenario's; None when that is 0 (no limit)."""
-    limit = scenario.agent_timeout if agent_timeout is None else float(agent_timeout)
-    if not limit >= 0 or math.isinf(limit):
-        raise ValueError(f"agent_timeout {agent_timeout!r}: give seconds >= 0 (0: no limit)")
-    return limit or None
-
-
-def with_agent_timeout(scenario: Scenario, agent_timeout: float | None) -> Scenario:
-    """``scenario`` with its ``agent_timeout`` replaced (unchanged for None)."""
-    if agent_timeout is None:
-        return scenario
-    resolve_timeout(scenario, agent_timeout)  # the same check as at play time
-    return scenario.model_copy(update={"agent_timeout": float(agent_timeout)})
-
-
-#: the modules of the built-in scripted agents: the package's own code, without I/O, returning
-#: within milliseconds; they are called directly (a thread hop per decision costs about a third of
-#: a scripted episode's time on two busy cores). Subclasses defined elsewhere are timed.
-_BOUNDED_MODULES = frozenset({
-    "agents.scripted",
-    "agents.population.baselines",
-    "agents.population.expert",
-    "agents.population.designers",
-})
-
-
-def _bounded(agent: Any) -> bool:
-    return type(agent).__module__ in _BOUNDED_MODULES
-
-
-def _sync_only(agent: Any) -> bool:
-    """True for an agent without its own ``aact`` (its ``aact`` would block the event loop)."""
-    aact = getattr(type(agent), "aact", None)
-    return aact is None or aact is BaseAgent.aact
-
-
-class _Worker(threading.Thread):
-    """A daemon thread that runs one agent call at a time. Once a call runs past its limit the
-    worker is retired: it ends when that call returns, and a fresh worker takes later calls."""
-
-    def __init__(self) -> None:
-        super().__init__(name="gpumarket-agent", daemon=True)
-        self.jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
-        self.retired = False
-
-    def run(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            fut, call = job
-            if fut.set_running_or_notify_cancel():  # False: the waiter gave up before it started
-                try:
-                    fut.set_result(call())
-                except BaseException as exc:  # the agent's error travels to the waiting turn
-                    fut.set_exception(exc)
-            if self.retired:
-                return
-
-
-class _Deadline:
-    """Each decision of an episode with a time limit: the agent runs on a worker thread (a
-    daemon), the turn waits at most ``limit`` seconds. A seat whose call is still running after
-    its limit is *hung*: its later turns time out at once, without a new call, until that call
-    returns, so a hung agent holds at most one thread."""
-
-    def __init__(self, limit: float | None) -> None:
-        self.limit = limit
-        self._worker: _Worker | None = None
-        self._hung: dict[str, Future[Any]] = {}
-
-    def _check_hung(self, seat: str) -> None:
-        fut = self._hung.get(seat)
-        if fut is not None:
-            if not fut.done():
-                raise AgentTimeout(f"still running a decision that passed the {self.limit:g} s "
-                                   "limit; the seat falls back until it returns")
-            del self._hung[seat]
-
-    def _submit(self, call: Callable[[], Any]) -> Future[Any]:
-        if self._worker is None:
-            self._worker = _Worker()
-            self._worker.start()
-        fut: Future[Any] = Future()
-        context = contextvars.copy_context()  # the caller's context variables hold in the call
-        self._worker.jobs.put((fut, lambda: context.run(call)))
-        return fut
-
-    def _timed_out(self, seat: str, fut: Future[Any]) -> AgentTimeout:
-        self._hung[seat] = fut
-        if self._worker is not None:  # it may stay busy: later calls get a fresh worker
-            self._worker.retired = True
-            self._worker.jobs.put(None)
-            self._worker = None
-        return AgentTimeout(f"no action within {self.limit:g} s")
-
-    def act(self, seat: str, agent: Any, obs: Any) -> Any:
-        """``agent.act(obs)`` within the limit; raises :class:`AgentTimeout` past it."""
-        if self.limit is None or _bounded(agent):
-            return agent.act(obs)
-        self._check_hung(seat)
-        fut = self._submit(lambda: agent.act(obs))
-        try:
-            return fut.result(self.limit)
-        except TimeoutError:
-            if fut.done():  # it finished just now, or the agent itself raised a TimeoutError
-                return fut.result()
-            raise self._timed_out(seat, fut) from None
-
-    async def aact(self, seat: str, agent: Any, obs: Any) -> Any:
-        """``agent.aact(obs)`` within the limit. An agent without its own ``aact`` runs its
-        ``act`` on the worker thread, so that a blocking agent cannot stall other episodes."""
-        if self.limit is None or _bounded(agent):
-            return await agent.aact(obs)
-        self._check_hung(seat)
-        if _sync_only(agent):
-            fut = self._submit(lambda: agent.act(obs))
-            try:
-                async with asyncio.timeout(self.limit):
-                    return await asyncio.wrap_future(fut)
-            except TimeoutError:
-                if fut.done() and not fut.cancelled():
-                    return fut.result()
-                raise self._timed_out(seat, fut) from None
-        try:
-            async with asyncio.timeout(self.limit) as scope:
-                return await agent.aact(obs)
-        except TimeoutError:
-            if not scope.expired():
-                raise  # the agent's own TimeoutError
-            raise AgentTimeout(f"no action within {self.limit:g} s") from None
-
-    def close(self) -> None:
-        if self._worker is not None:
-            self._worker.jobs.put(None)
-            self._worker = None
-
-
 def _is_factory(spec: Any) -> bool:
     """An agent class or a zero-argument function returning an agent (not an agent object)."""
     return isinstance(spec, type) or (callable(spec) and not hasattr(spec, "act"))
 
 
-def _build_agents(sc: Scenario, seats: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def _build_agents(
+    sc: Scenario, seats: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Resolve seat specs to agents: spec strings and zero-argument factories build fresh agents."""
     specs = resolve_seats(sc, seats)
     agents: dict[str, Any] = {}
@@ -293,14 +153,25 @@ class Tally:
         if isinstance(exchange, dict) and exchange.get("fallback"):
             self.first_error[seat] = f"fallback: {exchange.get('error') or 'no usable reply'}"[:500]
 
-    def result(self, sc: Scenario, seed: int, specs: dict[str, Any], agents: dict[str, Any],
-               start: float, env: raw_env) -> EpisodeResult:
+    def result(
+        self,
+        sc: Scenario,
+        seed: int,
+        specs: dict[str, Any],
+        agents: dict[str, Any],
+        start: float,
+        env: raw_env,
+    ) -> EpisodeResult:
         return EpisodeResult(
-            scenario=sc.name, seed=seed, seats={s: _spec_name(a) for s, a in specs.items()},
+            scenario=sc.name,
+            seed=seed,
+            seats={s: _spec_name(a) for s, a in specs.items()},
             returns={s: self.returns.get(s, 0.0) for s in specs},
             components={s: dict(self.components.get(s, {})) for s in specs},
             invalid_actions={s: self.invalid.get(s, 0) for s in specs},
-            steps=self.steps, seconds=time.perf_counter() - start, round_log=env.round_log,
+            steps=self.steps,
+            seconds=time.perf_counter() - start,
+            round_log=env.round_log,
             agent_errors={s: self.agent_errors.get(s, 0) for s in specs},
             last_agent_error=dict(self.last_agent_error),
             agent_stats={s: dict(getattr(a, "stats", {}) or {}) for s, a in agents.items()},
@@ -317,8 +188,14 @@ def transcript_path(transcript: str | Path, seed: int) -> Path:
     return path if path.suffix == ".jsonl" else path / f"{seed}.jsonl"
 
 
-def _recorder(transcript: str | Path | None, env: raw_env, seed: int, specs: dict[str, Any],
-              agents: dict[str, Any], digest_every: int) -> EpisodeRecorder | None:
+def _recorder(
+    transcript: str | Path | None,
+    env: raw_env,
+    seed: int,
+    specs: dict[str, Any],
+    agents: dict[str, Any],
+    digest_every: int,
+) -> EpisodeRecorder | None:
     if transcript is None:
         return None
     path = transcript_path(transcript, seed)
@@ -335,12 +212,19 @@ def _finish(recorder: EpisodeRecorder | None, result: EpisodeResult) -> EpisodeR
 class _Episode:
     """One episode's setup, bookkeeping and recording, shared by the sync and async loops."""
 
-    def __init__(self, env: raw_env, seed: int, seats: Mapping[str, Any] | None,
-                 transcript: str | Path | None, digest_every: int,
-                 limiter: RequestLimiter | ClientPool | None = None,
-                 budget: Budget | None = None, agent_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        env: raw_env,
+        seed: int,
+        seats: Mapping[str, Any] | None,
+        transcript: str | Path | None,
+        digest_every: int,
+        limiter: RequestLimiter | ClientPool | None = None,
+        budget: Budget | None = None,
+        agent_timeout: float | None = None,
+    ) -> None:
         self.env, self.seed = env, seed
-        self.deadline = _Deadline(resolve_timeout(env.scenario, agent_timeout))
+        self.deadline = Deadline(resolve_timeout(env.scenario, agent_timeout))
         self.specs, self.agents = _build_agents(env.scenario, seats)
         for agent in self.agents.values():
             if limiter is not None:
@@ -388,8 +272,9 @@ class _Episode:
         self.tally.agent_failed(seat, exc)
         return fallback_action(obs), self.tally.last_agent_error[seat]
 
-    def step(self, seat: str, obs: Any, live: bool, action: Any, latency: float | None,
-             error: str | None) -> None:
+    def step(
+        self, seat: str, obs: Any, live: bool, action: Any, latency: float | None, error: str | None
+    ) -> None:
         if self.recorder is not None:
             self.recorder.before_step(seat, obs, action, live, latency, error)
         self.env.step(action)
@@ -404,7 +289,9 @@ class _Episode:
 
     def result(self) -> EpisodeResult:
         self.deadline.close()
-        result = self.tally.result(self.env.scenario, self.seed, self.specs, self.agents, self.start, self.env)
+        result = self.tally.result(
+            self.env.scenario, self.seed, self.specs, self.agents, self.start, self.env
+        )
         return _finish(self.recorder, result)
 
 
@@ -432,8 +319,14 @@ def run_episode(
     ``digest_every``: record the observation and state digests every N steps (the state digest
     also at every round end); 1 records them at every step.
     """
-    episode = _Episode(env if env is not None else raw_env(scenario), seed, seats, transcript,
-                       digest_every, agent_timeout=agent_timeout)
+    episode = _Episode(
+        env if env is not None else raw_env(scenario),
+        seed,
+        seats,
+        transcript,
+        digest_every,
+        agent_timeout=agent_timeout,
+    )
     try:
         for seat, obs, live in episode.turns():
             action = error = latency = None
@@ -468,8 +361,9 @@ async def arun_episode(
     ``transcript`` and ``digest_every`` as in :func:`run_episode` (a cancelled task leaves an
     ``aborted`` footer).
     """
-    episode = _Episode(raw_env(scenario), seed, seats, transcript, digest_every, limiter, budget,
-                       agent_timeout)
+    episode = _Episode(
+        raw_env(scenario), seed, seats, transcript, digest_every, limiter, budget, agent_timeout
+    )
     try:
         for seat, obs, live in episode.turns():
             action = error = latency = None
@@ -505,14 +399,26 @@ def run_concurrent(
     _check_transcript_dir(transcript)
     for seat, spec in (seats or {}).items():
         if not isinstance(spec, str) and not _is_factory(spec):
-            raise ValueError(f"seat {seat}: pass a spec string or a factory, not an agent object, "
-                             "so that concurrent episodes do not share one agent")
+            raise ValueError(
+                f"seat {seat}: pass a spec string or a factory, not an agent object, "
+                "so that concurrent episodes do not share one agent"
+            )
     sc = load_scenario(scenario)
     pool = ClientPool(max_in_flight, per_endpoint)
 
     async def main() -> list[EpisodeResult]:
-        tasks = [arun_episode(sc, seed, seats, limiter=pool, agent_timeout=agent_timeout,
-                              transcript=transcript, budget=budget) for seed in seeds]
+        tasks = [
+            arun_episode(
+                sc,
+                seed,
+                seats,
+                limiter=pool,
+                agent_timeout=agent_timeout,
+                transcript=transcript,
+                budget=budget,
+            )
+            for seed in seeds
+        ]
         try:
             return list(await asyncio.gather(*tasks))
         finally:
@@ -523,8 +429,10 @@ def run_concurrent(
 
 def _check_transcript_dir(transcript: str | Path | None) -> None:
     if transcript is not None and Path(transcript).suffix == ".jsonl":
-        raise ValueError(f"transcript={str(transcript)!r}: several episodes are recorded one file "
-                         "per seed; pass a directory (each episode goes to <dir>/<seed>.jsonl)")
+        raise ValueError(
+            f"transcript={str(transcript)!r}: several episodes are recorded one file "
+            "per seed; pass a directory (each episode goes to <dir>/<seed>.jsonl)"
+        )
 
 
 def _run_one(args: tuple[Any, ...]) -> EpisodeResult:
@@ -534,7 +442,10 @@ def _run_one(args: tuple[Any, ...]) -> EpisodeResult:
 
 
 def run_many(
-    scenario: str | Path | Scenario, seeds: Iterable[int], seats: Mapping[str, str] | None = None, workers: int = 1,
+    scenario: str | Path | Scenario,
+    seeds: Iterable[int],
+    seats: Mapping[str, str] | None = None,
+    workers: int = 1,
     *,
     transcript: str | Path | None = None,
     digest_every: int = 1,
@@ -555,9 +466,38 @@ def run_many(
 
 
 # two-sided 95% Student-t critical values for 1..30 degrees of freedom
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def mean_ci95(values: list[float]) -> tuple[float, float]:
@@ -581,7 +521,19 @@ def summarise(results: list[EpisodeResult]) -> list[dict[str, Any]]:
     for seat in results[0].seats:
         names = sorted({c for r in results for c in r.components.get(seat, {})})
         for name in ["return", *names]:
-            values = [r.returns[seat] if name == "return" else r.components.get(seat, {}).get(name, 0.0) for r in results]
+            values = [
+                r.returns[seat] if name == "return" else r.components.get(seat, {}).get(name, 0.0)
+                for r in results
+            ]
             mean, half = mean_ci95(values)
-            rows.append({"seat": seat, "agent": results[0].seats[seat], "component": name, "mean": mean, "ci95": half, "n": len(values)})
+            rows.append(
+                {
+                    "seat": seat,
+                    "agent": results[0].seats[seat],
+                    "component": name,
+                    "mean": mean,
+                    "ci95": half,
+                    "n": len(values),
+                }
+            )
     return rows

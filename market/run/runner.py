@@ -76,14 +76,30 @@ from scenarios.schema import Scenario
 
 def progress_bar(enabled: bool, label: str) -> Any:
     """A rich progress bar on stderr (a no-op context when disabled)."""
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
-                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                    console=Console(stderr=True), transient=True, disable=not enabled)
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("episodes"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not enabled,
+    )
 
 
-def execute(folders: Sequence[RunFolder], *, workers: int | None = None, backend: str = "local",
-            address: str | None = None, progress: bool | ProgressFn = True,
-            label: str = "running", llm: Mapping[str, Any] | None = None) -> None:
+def execute(
+    folders: Sequence[RunFolder],
+    *,
+    workers: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    progress: bool | ProgressFn = True,
+    label: str = "running",
+    llm: Mapping[str, Any] | None = None,
+) -> None:
     """Play every pending episode of ``folders`` in one pool, recording each as it finishes.
 
     ``progress``: True for a progress bar on stderr, False for none, or a callable
@@ -117,16 +133,23 @@ def execute(folders: Sequence[RunFolder], *, workers: int | None = None, backend
             callback(done, total)
 
     # the pool is forked before the progress bar starts its refresh thread
-    pool = (multiprocessing.get_context().Pool(min(workers, total), initializer=ignore_sigint)
-            if backend == "local" and workers > 1 and total > 1 else None)
+    pool = (
+        multiprocessing.get_context().Pool(min(workers, total), initializer=ignore_sigint)
+        if backend == "local" and workers > 1 and total > 1
+        else None
+    )
     for f in folders:
         f.open()
     try:
         with bar:
             task = bar.add_task(label, total=total)
             if backend == "ray":
-                _run_ray(jobs, address, finished,
-                         say=(lambda line: print(line, file=sys.stderr)) if progress else None)
+                _run_ray(
+                    jobs,
+                    address,
+                    finished,
+                    say=(lambda line: print(line, file=sys.stderr)) if progress else None,
+                )
             elif backend == "async":
                 run_jobs_async(jobs, finished, **dict(llm or {}))
             elif pool is not None:
@@ -138,8 +161,10 @@ def execute(folders: Sequence[RunFolder], *, workers: int | None = None, backend
                     finished(index, play(job))
     except KeyboardInterrupt:
         raise RunInterrupted(
-            sum(len(f.done) for f in folders), sum(len(f.seeds) for f in folders),
-            [f.out for f in folders]) from None
+            sum(len(f.done) for f in folders),
+            sum(len(f.seeds) for f in folders),
+            [f.out for f in folders],
+        ) from None
     finally:
         if pool is not None:
             pool.terminate()  # after close() a no-op wait; on Ctrl-C or a crash it stops them
@@ -147,14 +172,20 @@ def execute(folders: Sequence[RunFolder], *, workers: int | None = None, backend
         for f in folders:
             f.close()
 
-def _run_ray(jobs: list[Job], address: str | None,
-             finished: Callable[[int, Any], None], say: Callable[[str], None] | None = None) -> None:
+
+def _run_ray(
+    jobs: list[Job],
+    address: str | None,
+    finished: Callable[[int, Any], None],
+    say: Callable[[str], None] | None = None,
+) -> None:
     """Play ``jobs`` on Ray (:mod:`market.run.ray_backend`), writing each shipped transcript before
     its rows are recorded (rows are the completion mark); ``say`` gets a line on where they ran."""
     stats = RayStats()
     try:
-        for position, (outcome, blob) in ray_map(play_shipped, [job for _, job in jobs],
-                                                 address=address, stats=stats):
+        for position, (outcome, blob) in ray_map(
+            play_shipped, [job for _, job in jobs], address=address, stats=stats
+        ):
             index, job = jobs[position]
             if blob is not None:
                 path = transcript_path(job[3], job[1])
@@ -210,9 +241,15 @@ class RunSummary:
 def _summary(folder: RunFolder, skipped: list[int], began: float) -> RunSummary:
     seeds = [s for s in folder.seeds if s in folder.done]
     return RunSummary(
-        out_dir=folder.out, scenario=folder.scenario, seats=folder.seats, seeds=folder.seeds,
-        config_hash=folder.config, rows=[r for s in seeds for r in folder.done[s]],
-        played=sorted(folder.played), skipped=skipped, failed=dict(folder.failed),
+        out_dir=folder.out,
+        scenario=folder.scenario,
+        seats=folder.seats,
+        seeds=folder.seeds,
+        config_hash=folder.config,
+        rows=[r for s in seeds for r in folder.done[s]],
+        played=sorted(folder.played),
+        skipped=skipped,
+        failed=dict(folder.failed),
         round_logs={s: folder.rounds.get(s, []) for s in seeds},
         seconds=time.perf_counter() - began,
     )
@@ -252,11 +289,19 @@ def run_scenario(
     a folder holding another configuration, and :class:`RunInterrupted` on Ctrl-C.
     """
     began = time.perf_counter()
-    folder = open_folder(scenario, seeds, seats, out_dir, transcripts, fresh, digest_every,
-                     agent_timeout)
+    folder = open_folder(
+        scenario, seeds, seats, out_dir, transcripts, fresh, digest_every, agent_timeout
+    )
     skipped = [s for s in folder.seeds if s in folder.done]
-    execute([folder], workers=workers, backend=backend, address=address, progress=progress,
-            label=folder.scenario.name, llm=llm)
+    execute(
+        [folder],
+        workers=workers,
+        backend=backend,
+        address=address,
+        progress=progress,
+        label=folder.scenario.name,
+        llm=llm,
+    )
     return _summary(folder, skipped, began)
 
 
@@ -270,17 +315,36 @@ def summarise_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         seat_rows = by_seat[seat]
         names = sorted({c for r in seat_rows for c in r["components"]})
         for name in ["return", *names]:
-            values = [r["return"] if name == "return" else r["components"].get(name, 0.0)
-                      for r in seat_rows]
+            values = [
+                r["return"] if name == "return" else r["components"].get(name, 0.0)
+                for r in seat_rows
+            ]
             mean, half = mean_ci95(values)
-            out.append({"seat": seat, "agent": seat_rows[0]["agent"], "component": name,
-                        "mean": mean, "ci95": half, "n": len(values)})
+            out.append(
+                {
+                    "seat": seat,
+                    "agent": seat_rows[0]["agent"],
+                    "component": name,
+                    "mean": mean,
+                    "ci95": half,
+                    "n": len(values),
+                }
+            )
     return out
 
 
 __all__ = [
-    "DESIGNER_PARTS", "ROW_KEYS", "RunConfigError", "RunInterrupted", "RunSummary",
-    "default_workers", "episode_rows", "execute", "read_results", "run_scenario", "summarise_rows",
+    "DESIGNER_PARTS",
+    "ROW_KEYS",
+    "RunConfigError",
+    "RunInterrupted",
+    "RunSummary",
+    "default_workers",
+    "episode_rows",
+    "execute",
+    "read_results",
+    "run_scenario",
+    "summarise_rows",
 ]
 
 if __name__ == "__main__":  # pragma: no cover

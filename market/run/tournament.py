@@ -24,11 +24,8 @@ missing episodes and ends with the same table as an uninterrupted run, serial or
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -36,9 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from openskill.models import PlackettLuce
-from rich import box
-from rich.console import Group
-from rich.table import Table
 
 from market.core.seats import DESIGNER
 from market.run.health import judge_counts, seat_counts
@@ -56,12 +50,18 @@ from market.run.tournament_plan import (
     bidder_seats,
     plan,
 )
+from market.run.tournament_tables import (
+    CSV_COLUMNS,
+    display_rows,
+    markdown,
+    rich_table,
+    to_csv,
+    write_outputs,
+)
 from scenarios.schema import Scenario
 
 MATCHES_FILE = "matches.jsonl"
 MANIFEST_FILE = "manifest.json"
-CSV_COLUMNS = ("role", "agent", "mu", "sigma", "ordinal", "matches", "wins", "win_rate",
-               "win_ci_low", "win_ci_high", "mean_return", "return_ci95", "tokens", "cost_usd")
 
 
 # ----------------------------------------------------------------------------- ratings
@@ -88,11 +88,22 @@ class Standing:
     def row(self) -> dict[str, Any]:
         low, high = wilson_ci95(self.wins, self.matches)
         mean, half = mean_ci95(self.returns)
-        return {"role": self.role, "agent": self.agent, "mu": self.mu, "sigma": self.sigma,
-                "ordinal": self.ordinal, "matches": self.matches, "wins": self.wins,
-                "win_rate": self.wins / self.matches if self.matches else float("nan"),
-                "win_ci_low": low, "win_ci_high": high, "mean_return": mean, "return_ci95": half,
-                "tokens": self.tokens, "cost_usd": self.cost_usd}
+        return {
+            "role": self.role,
+            "agent": self.agent,
+            "mu": self.mu,
+            "sigma": self.sigma,
+            "ordinal": self.ordinal,
+            "matches": self.matches,
+            "wins": self.wins,
+            "win_rate": self.wins / self.matches if self.matches else float("nan"),
+            "win_ci_low": low,
+            "win_ci_high": high,
+            "mean_return": mean,
+            "return_ci95": half,
+            "tokens": self.tokens,
+            "cost_usd": self.cost_usd,
+        }
 
 
 def wilson_ci95(wins: float, n: int) -> tuple[float, float]:
@@ -107,8 +118,9 @@ def wilson_ci95(wins: float, n: int) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def rate_games(role: str, agents: Sequence[str],
-               games: Iterable[Mapping[str, float]]) -> list[Standing]:
+def rate_games(
+    role: str, agents: Sequence[str], games: Iterable[Mapping[str, float]]
+) -> list[Standing]:
     """Rate ``agents`` from ``games`` (each: agent -> score, higher is better) in the given order
     with a fresh OpenSkill Plackett-Luce model. Games with fewer than two agents are not rated
     but their scores still count towards the mean return."""
@@ -160,13 +172,18 @@ def designer_games(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[d
         for seed in plan_.seeds:
             ids = [f"designer|{pop}|seed={seed}|{d}" for d in plan_.designers]
             if all(i in records for i in ids):
-                games.append({d: float(records[i]["returns"][DESIGNER])
-                              for d, i in zip(plan_.designers, ids, strict=True)})
+                games.append(
+                    {
+                        d: float(records[i]["returns"][DESIGNER])
+                        for d, i in zip(plan_.designers, ids, strict=True)
+                    }
+                )
     return games
 
 
-def usage(plan_: Plan, records: Mapping[str, dict[str, Any]], role: str
-          ) -> dict[str, tuple[int, float]]:
+def usage(
+    plan_: Plan, records: Mapping[str, dict[str, Any]], role: str
+) -> dict[str, tuple[int, float]]:
     """agent -> (tokens, USD cost) of the seats it held in the finished matches of ``role``
     (the bidder seats of bidder matches, the designer seat of designer matches)."""
     tokens: dict[str, int] = {}
@@ -187,8 +204,10 @@ def usage(plan_: Plan, records: Mapping[str, dict[str, Any]], role: str
 def standings(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Table rows: bidders then designers, each by ordinal (mu - 3 sigma), best first."""
     rows: list[dict[str, Any]] = []
-    for role, agents, games in (("bidder", plan_.bidders, bidder_games(plan_, records)),
-                                ("designer", plan_.designers, designer_games(plan_, records))):
+    for role, agents, games in (
+        ("bidder", plan_.bidders, bidder_games(plan_, records)),
+        ("designer", plan_.designers, designer_games(plan_, records)),
+    ):
         if agents:
             used = usage(plan_, records, role)
             table = rate_games(role, agents, games)
@@ -197,22 +216,6 @@ def standings(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[dict[s
             ranked = sorted(table, key=lambda s: (-s.ordinal, s.agent))
             rows.extend(s.row() for s in ranked)
     return rows
-
-
-def designer_by_population(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
-    """designer -> population -> mean designer return, its 95% CI half-width, episodes."""
-    out: dict[str, Any] = {}
-    for d in plan_.designers:
-        out[d] = {}
-        for pop in plan_.populations:
-            vals = [float(records[i]["returns"][DESIGNER]) for seed in plan_.seeds
-                    if (i := f"designer|{pop}|seed={seed}|{d}") in records]
-            mean, half = mean_ci95(vals)
-            out[d][pop] = {"mean_return": mean, "return_ci95": half, "episodes": len(vals)}
-    return out
-
-
-# ----------------------------------------------------------------------------- storage
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
@@ -230,13 +233,16 @@ def check_manifest(out: Path, manifest: dict[str, Any]) -> None:
     old = read_manifest(out)
     if old is None:
         if (out / MATCHES_FILE).exists():
-            raise TournamentError(f"{out / MATCHES_FILE} exists but {MANIFEST_FILE} does not; "
-                                  "use another --out")
+            raise TournamentError(
+                f"{out / MATCHES_FILE} exists but {MANIFEST_FILE} does not; use another --out"
+            )
         return
     differ = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
     if differ:
-        raise TournamentError(f"{out} holds a tournament with another configuration (differs in: "
-                              f"{', '.join(differ)}); use another --out or delete that folder")
+        raise TournamentError(
+            f"{out} holds a tournament with another configuration (differs in: "
+            f"{', '.join(differ)}); use another --out or delete that folder"
+        )
 
 
 def load_records(out: Path, plan_: Plan) -> dict[str, dict[str, Any]]:
@@ -261,11 +267,14 @@ def load_records(out: Path, plan_: Plan) -> dict[str, dict[str, Any]]:
             if n == len(lines):  # no newline after it: the cut last line of a killed run
                 lines.pop()
                 break
-            raise TournamentError(f"{path}:{n}: not a match of this tournament; "
-                                  "use another --out") from None
+            raise TournamentError(
+                f"{path}:{n}: not a match of this tournament; use another --out"
+            ) from None
         if not ok:
-            raise TournamentError(f"{path}:{n}: match {rec['id']!r} does not fit this "
-                                  "tournament's schedule; use another --out")
+            raise TournamentError(
+                f"{path}:{n}: match {rec['id']!r} does not fit this "
+                "tournament's schedule; use another --out"
+            )
         records.setdefault(rec["id"], rec)
     if text and not text.endswith("\n"):  # end the file cleanly before anything is appended
         path.write_text("".join(f"{x}\n" for x in lines if x.strip()), encoding="utf-8")
@@ -282,13 +291,23 @@ def _play(job: tuple[Scenario, Match]) -> dict[str, Any]:
     if m.population is not None:
         rec["population"], rec["designer"] = m.population, m.designer
     stats = {seat: result.agent_stats.get(seat) or {} for seat in m.seats}
-    rec.update(seats=m.seats, returns=result.returns, steps=result.steps,
-               invalid_actions=result.invalid_actions, agent_errors=result.agent_errors,
-               health=seat_counts(result), judge=judge_counts(result.round_log),
-               usage={seat: {"tokens": int(st.get("prompt_tokens", 0) or 0)
-                             + int(st.get("completion_tokens", 0) or 0),
-                             "cost_usd": float(st.get("cost_usd", 0.0) or 0.0)}
-                      for seat, st in stats.items()})
+    rec.update(
+        seats=m.seats,
+        returns=result.returns,
+        steps=result.steps,
+        invalid_actions=result.invalid_actions,
+        agent_errors=result.agent_errors,
+        health=seat_counts(result),
+        judge=judge_counts(result.round_log),
+        usage={
+            seat: {
+                "tokens": int(st.get("prompt_tokens", 0) or 0)
+                + int(st.get("completion_tokens", 0) or 0),
+                "cost_usd": float(st.get("cost_usd", 0.0) or 0.0),
+            }
+            for seat, st in stats.items()
+        },
+    )
     return rec
 
 
@@ -374,8 +393,9 @@ def run_tournament(
     return TournamentResult(rows, total, len(records), len(pending), out)
 
 
-def _play_pool(jobs: list[tuple[Scenario, Match]], workers: int,
-               save: Callable[[dict[str, Any]], None]) -> None:
+def _play_pool(
+    jobs: list[tuple[Scenario, Match]], workers: int, save: Callable[[dict[str, Any]], None]
+) -> None:
     """Play ``jobs`` in a process pool, saving each record as it finishes (a bounded number in
     flight, so an interrupted run loses at most the matches being played)."""
     pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
@@ -401,8 +421,9 @@ def _play_pool(jobs: list[tuple[Scenario, Match]], workers: int,
     pool.shutdown()
 
 
-def _play_ray(jobs: list[tuple[Scenario, Match]], address: str | None,
-              save: Callable[[dict[str, Any]], None]) -> None:
+def _play_ray(
+    jobs: list[tuple[Scenario, Match]], address: str | None, save: Callable[[dict[str, Any]], None]
+) -> None:
     """Play ``jobs`` on Ray (:mod:`market.run.ray_backend`), saving each record as it arrives."""
     try:
         for _, rec in ray_map(_play, jobs, address=address):
@@ -414,115 +435,28 @@ def _play_ray(jobs: list[tuple[Scenario, Match]], address: str | None,
 # ----------------------------------------------------------------------------- output
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.{digits}f}"
-    return str(value)
-
-
-def display_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
-    """Rows as text cells: role, agent, mu, sigma, ordinal, matches, win rate [CI], return ± CI,
-    tokens, cost in USD."""
-    cells = []
-    for r in rows:
-        win = (f"{_fmt(r['win_rate'], 2)} [{_fmt(r['win_ci_low'], 2)},{_fmt(r['win_ci_high'], 2)}]"
-               if r["matches"] else "-")
-        cells.append([r["role"], r["agent"], _fmt(r["mu"], 2), _fmt(r["sigma"], 2),
-                      _fmt(r["ordinal"], 2), str(r["matches"]), win,
-                      f"{_fmt(r['mean_return'])} ± {_fmt(r['return_ci95'])}"
-                      if r["matches"] or not math.isnan(r["mean_return"]) else "-",
-                      f"{r['tokens']:,}", f"{r['cost_usd']:.4f}"])
-    return cells
-
-
-HEADERS = ("role", "agent", "mu", "sigma", "mu-3σ", "matches", "win rate [CI]", "return ± CI",
-           "tokens", "cost USD")
-
-
-def title(plan_: Plan, done: int) -> str:
-    seeds = plan_.seeds
-    span = f"{seeds[0]}..{seeds[-1]}" if list(seeds) == list(range(seeds[0], seeds[-1] + 1)) \
-        else ",".join(map(str, seeds))
-    total = len(plan_.matches)
-    state = "" if done == total else f" (partial: {done} of {total} matches)"
-    return f"Tournament on {plan_.scenario.name}, seeds {span}{state}"
-
-
-def markdown(plan_: Plan, rows: list[dict[str, Any]], done: int) -> str:
-    lines = [f"# {title(plan_, done)}", ""]
-    if plan_.bidders:
-        lines.append(f"- bidder matches: {len(plan_.bidders)} rotations per seed through "
-                     f"{len(bidder_seats(plan_.scenario))} bidder seats; house designer "
-                     f"`{plan_.house_designer}`")
-    for name, seats in plan_.populations.items():
-        lines.append(f"- designer population `{name}`: {', '.join(seats.values())}")
-    lines += ["- ratings: OpenSkill Plackett-Luce, bidders and designers rated separately; "
-              "mu-3σ is the conservative ordinal the table is sorted by", "- win rate: share of "
-              "matches ranked first (a shared first place counts 1/k), Wilson 95% CI; return: "
-              "mean episode return, Student-t 95% CI",
-              "- tokens (prompt + completion) and cost (USD, for LLM seats whose spec sets "
-              "price_prompt/price_completion): of the agent's seats over all its matches", ""]
-    lines.append("| " + " | ".join(HEADERS) + " |")
-    lines.append("|" + "|".join("---" if i < 2 else "---:" for i in range(len(HEADERS))) + "|")
-    lines += ["| " + " | ".join(c) + " |" for c in display_rows(rows)]
-    return "\n".join(lines) + "\n"
-
-
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for r in rows:
-        writer.writerow([_fmt(r[c], 6) for c in CSV_COLUMNS])
-    return buf.getvalue()
-
-
-def write_outputs(out: Path, plan_: Plan, records: Mapping[str, dict[str, Any]],
-                  rows: list[dict[str, Any]]) -> None:
-    done = len(records)
-    (out / "ratings.csv").write_text(to_csv(rows), encoding="utf-8")
-    (out / "ratings.md").write_text(markdown(plan_, rows, done), encoding="utf-8")
-    summary = {"title": title(plan_, done), "matches_done": done,
-               "matches_total": len(plan_.matches),
-               "rating_model": "openskill PlackettLuce (default mu=25, sigma=25/3)",
-               "rows": _no_nan(rows),
-               "designer_by_population": _no_nan(designer_by_population(plan_, records))}
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, out / "summary.json")
-
-
-def _no_nan(value: Any) -> Any:
-    """NaN (no data yet) as null, so that summary.json is strict JSON."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _no_nan(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_no_nan(v) for v in value]
-    return value
-
-
-def rich_table(plan_: Plan, rows: list[dict[str, Any]], done: int) -> Any:
-    """A rich renderable: the title, then one table per role (bidders, designers)."""
-    parts: list[Any] = [f"[bold]{title(plan_, done)}[/bold] (CI: 95% confidence interval)"]
-    for role in ("bidder", "designer"):
-        mine = [r for r in rows if r["role"] == role]
-        if not mine:
-            continue
-        table = Table(title=f"{role}s", box=box.SIMPLE_HEAD, title_justify="left",
-                      pad_edge=False, collapse_padding=True)
-        for i, h in enumerate(HEADERS[1:]):
-            table.add_column(h, justify="left" if i == 0 else "right")
-        for cells in display_rows(mine):
-            table.add_row(*cells[1:])
-        parts.append(table)
-    return Group(*parts)
-
-
 __all__ = [  # the schedule's names stay importable from here (see market.run.tournament_plan)
-    "CSV_COLUMNS", "FORMAT", "MANIFEST_FILE", "MATCHES_FILE", "MIXED_POPULATION", "Match", "Plan",
-    "Standing", "TournamentConfig", "TournamentError", "TournamentResult", "bidder_lineups",
-    "bidder_seats", "display_rows", "load_records", "markdown", "plan", "rate_games", "rich_table",
-    "run_tournament", "standings", "to_csv", "write_outputs",
+    "CSV_COLUMNS",
+    "FORMAT",
+    "MANIFEST_FILE",
+    "MATCHES_FILE",
+    "MIXED_POPULATION",
+    "Match",
+    "Plan",
+    "Standing",
+    "TournamentConfig",
+    "TournamentError",
+    "TournamentResult",
+    "bidder_lineups",
+    "bidder_seats",
+    "display_rows",
+    "load_records",
+    "markdown",
+    "plan",
+    "rate_games",
+    "rich_table",
+    "run_tournament",
+    "standings",
+    "to_csv",
+    "write_outputs",
 ]

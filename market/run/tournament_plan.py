@@ -22,8 +22,17 @@ from scenarios.schema import RUN_ONLY_KEYS, Scenario
 
 FORMAT = 1
 #: the bidder population designers face besides the scenario's own, cycled over the bidder seats
-MIXED_POPULATION = ("rule_expert", "shader", "greedy_hoarder", "random_valid", "colluder",
-                    "colluder", "dropout", "exploiter", "truthful")
+MIXED_POPULATION = (
+    "rule_expert",
+    "shader",
+    "greedy_hoarder",
+    "random_valid",
+    "colluder",
+    "colluder",
+    "dropout",
+    "exploiter",
+    "truthful",
+)
 
 
 class TournamentError(ValueError):
@@ -77,8 +86,9 @@ class Plan:
 
     def manifest(self) -> dict[str, Any]:
         # how long to wait for an agent is not what is played: a resume may change it
-        dump = json.dumps(self.scenario.model_dump(mode="json", exclude=RUN_ONLY_KEYS),
-                          sort_keys=True)
+        dump = json.dumps(
+            self.scenario.model_dump(mode="json", exclude=RUN_ONLY_KEYS), sort_keys=True
+        )
         return {
             "format": FORMAT,
             "scenario": self.scenario.name,
@@ -112,8 +122,9 @@ def bidder_lineups(agents: Sequence[str], n_seats: int, seed: int) -> list[tuple
 def _check_agents(specs: Sequence[str], role: str, what: str) -> tuple[str, ...]:
     specs = tuple(s.strip() for s in specs)
     if len(specs) == 1:
-        raise TournamentError(f"{what}: a tournament needs at least two agents, "
-                              f"got only {specs[0]!r}")
+        raise TournamentError(
+            f"{what}: a tournament needs at least two agents, got only {specs[0]!r}"
+        )
     dupes = sorted({s for s in specs if specs.count(s) > 1})
     if dupes:
         raise TournamentError(f"{what}: {', '.join(map(repr, dupes))} listed more than once")
@@ -148,12 +159,15 @@ def plan(config: TournamentConfig) -> Plan:
         except ValueError as exc:
             raise TournamentError(f"house designer: {exc}") from None
     elif designers:
-        raise TournamentError(f"scenario {scenario.name!r} has no designer seat "
-                              "(designer_seat = false); drop the designers or pick another "
-                              "scenario")
+        raise TournamentError(
+            f"scenario {scenario.name!r} has no designer seat "
+            "(designer_seat = false); drop the designers or pick another "
+            "scenario"
+        )
     elif config.house_designer:
-        raise TournamentError(f"scenario {scenario.name!r} has no designer seat for a house "
-                              "designer")
+        raise TournamentError(
+            f"scenario {scenario.name!r} has no designer seat for a house designer"
+        )
 
     populations: dict[str, dict[str, str]] = {}
     if designers:
@@ -179,15 +193,39 @@ def plan(config: TournamentConfig) -> Plan:
     if bidders:
         for seed in seeds:
             for r, lineup in enumerate(bidder_lineups(bidders, len(seats), seed)):
-                matches.append(Match(f"bidder|seed={seed}|rot={r}", "bidder", seed,
-                                     {**head, **dict(zip(seats, lineup, strict=True))}, rotation=r))
+                matches.append(
+                    Match(
+                        f"bidder|seed={seed}|rot={r}",
+                        "bidder",
+                        seed,
+                        {**head, **dict(zip(seats, lineup, strict=True))},
+                        rotation=r,
+                    )
+                )
     for pop, pop_seats in populations.items():
         for seed in seeds:
             for d in designers:
-                matches.append(Match(f"designer|{pop}|seed={seed}|{d}", "designer", seed,
-                                     {DESIGNER: d, **pop_seats}, population=pop, designer=d))
+                matches.append(
+                    Match(
+                        f"designer|{pop}|seed={seed}|{d}",
+                        "designer",
+                        seed,
+                        {DESIGNER: d, **pop_seats},
+                        population=pop,
+                        designer=d,
+                    )
+                )
     return Plan(scenario, bidders, designers, seeds, house, populations, matches)
 
 
-__all__ = ["FORMAT", "MIXED_POPULATION", "Match", "Plan", "TournamentConfig", "TournamentError",
-           "bidder_lineups", "bidder_seats", "plan"]
+__all__ = [
+    "FORMAT",
+    "MIXED_POPULATION",
+    "Match",
+    "Plan",
+    "TournamentConfig",
+    "TournamentError",
+    "bidder_lineups",
+    "bidder_seats",
+    "plan",
+]

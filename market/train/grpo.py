@@ -53,7 +53,9 @@ class RewardDetail:
     penalty: float  # parse_failure_penalty when the completion was unusable, else 0
     action: dict[str, Any]  # the action the env was stepped with
     parse_error: str | None  # why the completion was unusable (the fallback was played)
-    env_error: str | None  # the env rejected the action (its invalid-action penalty is in env_return)
+    env_error: (
+        str | None
+    )  # the env rejected the action (its invalid-action penalty is in env_return)
     steps: int  # env steps taken, the decision included
 
 
@@ -147,19 +149,26 @@ class EnvReward:
                 "(build the dataset with market.train.training_data.grpo_dataset)"
             )
         details = [
-            self.score(transcript[k], int(step[k]), completions[k],
-                       None if transcript_sha256 is None else transcript_sha256[k])
+            self.score(
+                transcript[k],
+                int(step[k]),
+                completions[k],
+                None if transcript_sha256 is None else transcript_sha256[k],
+            )
             for k in range(len(completions))
         ]
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and details:
-            log_metric("gpumarket/parse_failure_rate",
-                       sum(d.parse_error is not None for d in details) / len(details))
+            log_metric(
+                "gpumarket/parse_failure_rate",
+                sum(d.parse_error is not None for d in details) / len(details),
+            )
         return [d.reward for d in details]
 
     # --- one completion -------------------------------------------------------------------
-    def score(self, transcript: str | Path, step: int, completion: Any,
-              sha256: str | None = None) -> RewardDetail:
+    def score(
+        self, transcript: str | Path, step: int, completion: Any, sha256: str | None = None
+    ) -> RewardDetail:
         """Score one completion at ``step`` of ``transcript`` (see the class docstring)."""
         t, path = self._transcript(transcript, sha256)
         if not 0 <= step < len(t.steps):
@@ -181,18 +190,26 @@ class EnvReward:
             action = parser.fallback_action(obs)
         penalty = 0.0
         if parse_error is not None:
-            penalty = (env.scenario.rewards.invalid_action_penalty
-                       if self.parse_failure_penalty is None else self.parse_failure_penalty)
+            penalty = (
+                env.scenario.rewards.invalid_action_penalty
+                if self.parse_failure_penalty is None
+                else self.parse_failure_penalty
+            )
         env_return, steps, env_error = self._play(env, agents, seat, action)
         self.stats["scored"] += 1
         return RewardDetail(
-            reward=env_return - penalty, env_return=env_return, penalty=penalty,
-            action=action.model_dump(mode="json", exclude_none=True), parse_error=parse_error,
-            env_error=env_error, steps=steps,
+            reward=env_return - penalty,
+            env_return=env_return,
+            penalty=penalty,
+            action=action.model_dump(mode="json", exclude_none=True),
+            parse_error=parse_error,
+            env_error=env_error,
+            steps=steps,
         )
 
-    def _play(self, env: Any, agents: dict[str, Any], seat: str,
-              action: Any) -> tuple[float, int, str | None]:
+    def _play(
+        self, env: Any, agents: dict[str, Any], seat: str, action: Any
+    ) -> tuple[float, int, str | None]:
         kind, n = self.horizon
         rounds_before = len(env.round_log)
         env.step(action)
@@ -293,8 +310,11 @@ class EnvReward:
             self.stats["cache_hits"] += 1
             return snap
         self.stats["cache_misses"] += 1
-        base = max((k for k in self._snapshots if k[:2] == key[:2] and k[2] <= step),
-                   key=lambda k: k[2], default=None)
+        base = max(
+            (k for k in self._snapshots if k[:2] == key[:2] and k[2] <= step),
+            key=lambda k: k[2],
+            default=None,
+        )
         if base is not None:  # continue a copy of the nearest earlier snapshot
             env, agents = copy.deepcopy((self._snapshots[base].env, self._snapshots[base].agents))
             replayer = Replayer(t, env=env, next_step=base[2])
@@ -330,8 +350,12 @@ def _completion_text(completion: Any) -> str:
     return ""
 
 
-def reward_rate(reward: EnvReward, rows: Sequence[Mapping[str, Any]], completions: Sequence[str],
-                seconds: float = 2.0) -> float:
+def reward_rate(
+    reward: EnvReward,
+    rows: Sequence[Mapping[str, Any]],
+    completions: Sequence[str],
+    seconds: float = 2.0,
+) -> float:
     """Reward-function calls per second over ``rows`` x ``completions`` (a benchmark)."""
     calls, began = 0, time.perf_counter()
     while time.perf_counter() - began < seconds:

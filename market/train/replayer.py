@@ -68,8 +68,11 @@ class Replayer:
         ev, env = self.t.steps[self.next], self.env
         if not env.agents:
             raise self._diverged(ev, "seat", ev.seat, "<episode over>")
-        for name, live_value in (("seat", env.agent_selection), ("round", env.round),
-                                 ("phase", env.phase)):
+        for name, live_value in (
+            ("seat", env.agent_selection),
+            ("round", env.round),
+            ("phase", env.phase),
+        ):
             if getattr(ev, name) != live_value:
                 raise self._diverged(ev, name, getattr(ev, name), live_value)
         obs, _, terminated, truncated, _ = env.last()

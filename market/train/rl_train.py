@@ -101,19 +101,29 @@ class TrainResult:
         """Checkpoint metadata: what the policy was trained on and how to rebuild it."""
         sc = load_scenario(self.config.scenario)
         return {
-            "format": FORMAT, "scenario": sc.name, "seat": self.config.seat,
-            "obs_size": vector_size(), "menu_size": len(MENU), "menu": list(MENU_NAMES),
+            "format": FORMAT,
+            "scenario": sc.name,
+            "seat": self.config.seat,
+            "obs_size": vector_size(),
+            "menu_size": len(MENU),
+            "menu": list(MENU_NAMES),
             "hidden": list(self.config.hidden),
             "max_units_per_bid": sc.capacity.max_units_per_bid,
-            "episodes": self.episodes, "seconds": round(self.seconds, 3),
+            "episodes": self.episodes,
+            "seconds": round(self.seconds, 3),
             "config": asdict(self.config),
         }
 
     def curve_json(self) -> dict[str, Any]:
-        return {"scenario": self.config.scenario, "seat": self.config.seat,
-                "seed": self.config.seed, "batch_episodes": self.config.batch_episodes,
-                "episodes": self.episodes, "seconds": round(self.seconds, 3),
-                "points": self.curve}
+        return {
+            "scenario": self.config.scenario,
+            "seat": self.config.seat,
+            "seed": self.config.seed,
+            "batch_episodes": self.config.batch_episodes,
+            "episodes": self.episodes,
+            "seconds": round(self.seconds, 3),
+            "points": self.curve,
+        }
 
 
 @dataclass
@@ -133,11 +143,16 @@ class Trainer:
         self.env: DiscreteActionWrapper = rl_env(config.scenario)
         raw = self.env.unwrapped
         if config.seat not in raw.possible_agents:
-            raise ValueError(f"seat {config.seat!r} is not in scenario {config.scenario!r}; "
-                             f"seats: {', '.join(raw.possible_agents)}")
+            raise ValueError(
+                f"seat {config.seat!r} is not in scenario {config.scenario!r}; "
+                f"seats: {', '.join(raw.possible_agents)}"
+            )
         specs = default_seats(raw.scenario)
-        self.population = {s: make_agent(spec, "designer" if s == DESIGNER else "bidder")
-                           for s, spec in specs.items() if s != config.seat}
+        self.population = {
+            s: make_agent(spec, "designer" if s == DESIGNER else "bidder")
+            for s, spec in specs.items()
+            if s != config.seat
+        }
         torch = import_torch()  # an optional extra: a ValueError with the install hint
         self.torch_gen = torch.Generator().manual_seed(config.seed)
         self.seed_rng = np.random.default_rng(np.random.SeedSequence([config.seed, 1]))
@@ -189,8 +204,9 @@ class Trainer:
         obs = torch.as_tensor(np.stack([o for t in steps for o in t.observations]))
         mask = torch.as_tensor(np.stack([m for t in steps for m in t.masks]))
         actions = torch.as_tensor([a for t in steps for a in t.actions])
-        returns = torch.as_tensor([g for t in steps for g in self._returns_to_go(t.rewards)],
-                                  dtype=torch.float32)
+        returns = torch.as_tensor(
+            [g for t in steps for g in self._returns_to_go(t.rewards)], dtype=torch.float32
+        )
         logits, values = self.net(obs)
         logp_all = torch.log_softmax(masked_logits(logits, mask), -1)
         logp = logp_all.gather(1, actions[:, None]).squeeze(1)
@@ -200,8 +216,11 @@ class Trainer:
         adv = returns - values.detach()
         if len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        loss = (-(logp * adv).mean() + self.config.value_coef * ((values - returns) ** 2).mean()
-                - self.config.entropy_coef * entropy.mean())
+        loss = (
+            -(logp * adv).mean()
+            + self.config.value_coef * ((values - returns) ** 2).mean()
+            - self.config.entropy_coef * entropy.mean()
+        )
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
@@ -224,8 +243,14 @@ class Trainer:
         self.net.eval()
         return result
 
-    def _loop(self, result: TrainResult, start: float, sample: Callable[[np.ndarray, np.ndarray], int],
-              progress: Callable[[dict[str, float]], None] | None, stop: list[bool]) -> None:
+    def _loop(
+        self,
+        result: TrainResult,
+        start: float,
+        sample: Callable[[np.ndarray, np.ndarray], int],
+        progress: Callable[[dict[str, float]], None] | None,
+        stop: list[bool],
+    ) -> None:
         cfg = self.config
         while not stop:
             n = cfg.batch_episodes
@@ -236,8 +261,11 @@ class Trainer:
             self.update(batch)
             result.episodes += n
             result.seconds = time.perf_counter() - start
-            point = {"episodes": result.episodes, "seconds": round(result.seconds, 3),
-                     "mean_return": float(np.mean([t.total for t in batch]))}
+            point = {
+                "episodes": result.episodes,
+                "seconds": round(result.seconds, 3),
+                "mean_return": float(np.mean([t.total for t in batch])),
+            }
             result.curve.append(point)
             if progress is not None:
                 progress(point)
@@ -267,8 +295,9 @@ def _stop_on_sigint() -> Iterator[list[bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def train(config: TrainConfig,
-          progress: Callable[[dict[str, float]], None] | None = None) -> TrainResult:
+def train(
+    config: TrainConfig, progress: Callable[[dict[str, float]], None] | None = None
+) -> TrainResult:
     """Train a policy for ``config.seat`` against the scenario's scripted population."""
     return Trainer(config).train(progress)
 
@@ -280,8 +309,9 @@ def save_checkpoint(result: TrainResult, path: str | Path) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"format": FORMAT, "meta": result.meta(), "state_dict": result.net.state_dict()},
-               path)
+    torch.save(
+        {"format": FORMAT, "meta": result.meta(), "state_dict": result.net.state_dict()}, path
+    )
     return path
 
 
@@ -307,15 +337,22 @@ def evaluate(
     scenario = scenario or agent.meta["scenario"]
     seat = seat or agent.meta["seat"]
     mine = seat_returns(scenario, seat, agent, seeds)
-    out: dict[str, Any] = {"scenario": scenario, "seat": seat, "seeds": list(seeds),
-                           "policy": dict(zip(("mean", "ci95"), mean_ci95(mine), strict=True)),
-                           "policy_returns": mine, "baselines": {}}
+    out: dict[str, Any] = {
+        "scenario": scenario,
+        "seat": seat,
+        "seeds": list(seeds),
+        "policy": dict(zip(("mean", "ci95"), mean_ci95(mine), strict=True)),
+        "policy_returns": mine,
+        "baselines": {},
+    }
     for spec in baselines:
         theirs = seat_returns(scenario, seat, spec, seeds)
         diff = [a - b for a, b in zip(mine, theirs, strict=True)]
         out["baselines"][spec] = {
-            "mean": mean_ci95(theirs)[0], "ci95": mean_ci95(theirs)[1],
-            "diff_mean": mean_ci95(diff)[0], "diff_ci95": mean_ci95(diff)[1],
+            "mean": mean_ci95(theirs)[0],
+            "ci95": mean_ci95(theirs)[1],
+            "diff_mean": mean_ci95(diff)[0],
+            "diff_ci95": mean_ci95(diff)[1],
             "returns": theirs,
         }
     return out
@@ -324,12 +361,16 @@ def evaluate(
 def format_evaluation(report: dict[str, Any]) -> str:
     """A small text table of :func:`evaluate`'s report."""
     pol = report["policy"]
-    lines = [f"{report['scenario']} {report['seat']}, {len(report['seeds'])} held-out seeds "
-             "(mean return ± 95% CI; diff = policy − baseline, paired by seed)",
-             f"  {'torch policy':<14} {pol['mean']:8.3f} ± {pol['ci95']:.3f}"]
+    lines = [
+        f"{report['scenario']} {report['seat']}, {len(report['seeds'])} held-out seeds "
+        "(mean return ± 95% CI; diff = policy − baseline, paired by seed)",
+        f"  {'torch policy':<14} {pol['mean']:8.3f} ± {pol['ci95']:.3f}",
+    ]
     for spec, row in report["baselines"].items():
-        lines.append(f"  {spec:<14} {row['mean']:8.3f} ± {row['ci95']:.3f}   "
-                     f"diff {row['diff_mean']:+.3f} ± {row['diff_ci95']:.3f}")
+        lines.append(
+            f"  {spec:<14} {row['mean']:8.3f} ± {row['ci95']:.3f}   "
+            f"diff {row['diff_mean']:+.3f} ± {row['diff_ci95']:.3f}"
+        )
     return "\n".join(lines)
 
 

@@ -60,7 +60,6 @@ def _is_llm_seat(t: Transcript, seat: str) -> bool:
     return spec is not None and spec.kind == "llm"
 
 
-
 # ---------------------------------------------------------------------------------------------
 # SFT export
 # ---------------------------------------------------------------------------------------------
@@ -121,17 +120,16 @@ def _action_reply(ev: StepEvent) -> tuple[str | None, str | None]:
     if ev.action_kind in ("none", "opaque"):
         return None, None
     try:
-        action = parse_action(decode_action(ev.action_kind, ev.action),
-                              designer=ev.seat == DESIGNER)
+        action = parse_action(
+            decode_action(ev.action_kind, ev.action), designer=ev.seat == DESIGNER
+        )
     except ActionParseError:
         return None, None
     data = action.model_dump(mode="json", exclude_none=True, exclude={"agent"})
     return json.dumps(data, separators=(",", ":")), action.action_type
 
 
-def iter_decisions(
-    t: Transcript, include_scripted: bool = False
-) -> Iterator[dict[str, Any]]:
+def iter_decisions(t: Transcript, include_scripted: bool = False) -> Iterator[dict[str, Any]]:
     """Every live decision of a transcript as ``{"messages", "metadata"}`` (no filtering; a
     decision that cannot be rendered has ``messages`` None and ``metadata["skip"]`` saying why).
 
@@ -158,9 +156,15 @@ def iter_decisions(
             replayer.advance()
 
 
-def _decision(t: Transcript, ev: StepEvent, obs: Any, per_step: list[dict[str, float]],
-              totals: dict[str, float], round_end: int,
-              prompt_messages: Callable[[Any], Messages]) -> dict[str, Any]:
+def _decision(
+    t: Transcript,
+    ev: StepEvent,
+    obs: Any,
+    per_step: list[dict[str, float]],
+    totals: dict[str, float],
+    round_end: int,
+    prompt_messages: Callable[[Any], Messages],
+) -> dict[str, Any]:
     h, seat = t.header, ev.seat
     spec = h.seats.get(seat)
     is_llm = _is_llm_seat(t, seat)
@@ -259,8 +263,10 @@ def select_decisions(
     if all(isinstance(x, Transcript) for x in items):
         transcripts = [x for x in items if isinstance(x, Transcript)]
     else:
-        transcripts = [load_transcript(f, partial)
-                       for f in transcript_files(x for x in items if not isinstance(x, Transcript))]
+        transcripts = [
+            load_transcript(f, partial)
+            for f in transcript_files(x for x in items if not isinstance(x, Transcript))
+        ]
     _check_seats(transcripts, flt.seats)
     for t in transcripts:
         counts.files += 1
@@ -326,17 +332,19 @@ def grpo_records(
         if path not in shas:
             shas[path] = _file_sha256(Path(path))
         prompt = [dict(x) for x in rec["messages"][:2]]
-        rows.append({
-            "prompt": prompt,
-            "transcript": path,
-            "step": int(m["step"]),
-            "transcript_sha256": shas[path],
-            "seat": m["seat"],
-            "phase": m["phase"],
-            "round": int(m["round"]),
-            "recorded_reward": float(m["step_reward"]),
-            "recorded_round_return": float(m["round_return"]),
-        })
+        rows.append(
+            {
+                "prompt": prompt,
+                "transcript": path,
+                "step": int(m["step"]),
+                "transcript_sha256": shas[path],
+                "seat": m["seat"],
+                "phase": m["phase"],
+                "round": int(m["round"]),
+                "recorded_reward": float(m["step_reward"]),
+                "recorded_round_return": float(m["round_return"]),
+            }
+        )
     return rows
 
 
@@ -347,7 +355,9 @@ def grpo_dataset(
     try:
         from datasets import Dataset
     except ImportError:  # pragma: no cover - depends on the install
-        raise ImportError("grpo_dataset needs the 'datasets' package: pip install datasets") from None
+        raise ImportError(
+            "grpo_dataset needs the 'datasets' package: pip install datasets"
+        ) from None
     return Dataset.from_list(grpo_records(sources, flt, partial))
 
 
@@ -368,8 +378,10 @@ def run_export_cli(args: Any) -> int:
     for name in ("min_reward", "min_return"):
         value = getattr(flt, name)
         if value is not None and not math.isfinite(value):
-            print(f"gpumarket export-sft: --{name.replace('_', '-')} must be a finite number",
-                  file=sys.stderr)
+            print(
+                f"gpumarket export-sft: --{name.replace('_', '-')} must be a finite number",
+                file=sys.stderr,
+            )
             return 2
     try:
         if args.grpo:  # the prompt dataset of EnvReward instead of SFT conversations

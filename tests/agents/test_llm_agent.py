@@ -70,54 +70,80 @@ class StubBackend:
 
     model = "stub-model"
 
-    def __init__(self, *outputs: str | BaseException, default: str = '{"action_type": "wait"}') -> None:
+    def __init__(
+        self, *outputs: str | BaseException, default: str = '{"action_type": "wait"}'
+    ) -> None:
         self.outputs = list(outputs)
         self.default = default
         self.calls: list[tuple[list[dict[str, str]], Any, dict[str, Any]]] = []
 
-    def _next(self, messages: list[dict[str, str]], schema: Any, params: dict[str, Any]) -> Completion:
+    def _next(
+        self, messages: list[dict[str, str]], schema: Any, params: dict[str, Any]
+    ) -> Completion:
         self.calls.append((messages, schema, params))
         out = self.outputs.pop(0) if self.outputs else self.default
         if isinstance(out, BaseException):
             raise out
         return Completion(text=out, model=self.model, prompt_tokens=100, completion_tokens=10)
 
-    def complete(self, messages: list[dict[str, str]], schema: Any, params: dict[str, Any]) -> Completion:
+    def complete(
+        self, messages: list[dict[str, str]], schema: Any, params: dict[str, Any]
+    ) -> Completion:
         return self._next(messages, schema, params)
 
-    async def acomplete(self, messages: list[dict[str, str]], schema: Any, params: dict[str, Any]) -> Completion:
+    async def acomplete(
+        self, messages: list[dict[str, str]], schema: Any, params: dict[str, Any]
+    ) -> Completion:
         return self._next(messages, schema, params)
 
 
 # --- JSON extraction ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ('{"action_type": "wait"}', {"action_type": "wait"}),
-    ('Sure! Here is my move:\n```json\n{"action_type": "bid", "bids": [3, 2]}\n```\nGood luck.',
-     {"action_type": "bid", "bids": [3, 2]}),
-    ('I will wait. {"action_type": "wait", "reasoning": "nothing {to} do"} -- done', {"action_type": "wait", "reasoning": "nothing {to} do"}),
-    ('{"action_type": "bid", "bids": [5, 4,],}', {"action_type": "bid", "bids": [5, 4]}),
-    ("{'action_type': 'send_message', 'to': 'all', 'text': 'it\\'s \"fine\"'}",
-     {"action_type": "send_message", "to": "all", "text": "it's \"fine\""}),
-    ('{"action_type": "send_message", "text": "line one\nline two"}',
-     {"action_type": "send_message", "text": "line one\nline two"}),
-    ("{'auction_type': 'vcg', 'reveal_reserve': True, 'reserve_price': None}",
-     {"auction_type": "vcg", "reveal_reserve": True, "reserve_price": None}),
-    ('{"action_type": "wait" // pass this turn\n}', {"action_type": "wait"}),
-    ('Options: {"x": 1} or better {"action_type": "finish"}', {"action_type": "finish"}),
-    ('[{"action_type": "wait"}]', {"action_type": "wait"}),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"action_type": "wait"}', {"action_type": "wait"}),
+        (
+            'Sure! Here is my move:\n```json\n{"action_type": "bid", "bids": [3, 2]}\n```\nGood luck.',
+            {"action_type": "bid", "bids": [3, 2]},
+        ),
+        (
+            'I will wait. {"action_type": "wait", "reasoning": "nothing {to} do"} -- done',
+            {"action_type": "wait", "reasoning": "nothing {to} do"},
+        ),
+        ('{"action_type": "bid", "bids": [5, 4,],}', {"action_type": "bid", "bids": [5, 4]}),
+        (
+            "{'action_type': 'send_message', 'to': 'all', 'text': 'it\\'s \"fine\"'}",
+            {"action_type": "send_message", "to": "all", "text": 'it\'s "fine"'},
+        ),
+        (
+            '{"action_type": "send_message", "text": "line one\nline two"}',
+            {"action_type": "send_message", "text": "line one\nline two"},
+        ),
+        (
+            "{'auction_type': 'vcg', 'reveal_reserve': True, 'reserve_price': None}",
+            {"auction_type": "vcg", "reveal_reserve": True, "reserve_price": None},
+        ),
+        ('{"action_type": "wait" // pass this turn\n}', {"action_type": "wait"}),
+        ('Options: {"x": 1} or better {"action_type": "finish"}', {"action_type": "finish"}),
+        ('[{"action_type": "wait"}]', {"action_type": "wait"}),
+    ],
+)
 def test_extract_json(text: str, expected: dict[str, Any]) -> None:
     assert extract_json(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "I would like to wait.", '{"action_type": "wait"', "{{{{", "[1, 2]"])
+@pytest.mark.parametrize(
+    "text", ["", "I would like to wait.", '{"action_type": "wait"', "{{{{", "[1, 2]"]
+)
 def test_extract_json_fails_with_a_hint(text: str) -> None:
     with pytest.raises(ActionParseError, match="JSON"):
         extract_json(text)
 
 
 # --- the schema --------------------------------------------------------------------------------
+
 
 def _variants(schema: dict[str, Any]) -> set[str]:
     """Names of the top-level alternatives (the $refs outside $defs)."""
@@ -126,7 +152,9 @@ def _variants(schema: dict[str, Any]) -> set[str]:
 
 def _refs(node: Any) -> list[dict[str, str]]:
     if isinstance(node, dict):
-        return ([node] if "$ref" in node else []) + [r for k, v in node.items() if k != "$defs" for r in _refs(v)]
+        return ([node] if "$ref" in node else []) + [
+            r for k, v in node.items() if k != "$defs" for r in _refs(v)
+        ]
     if isinstance(node, list):
         return [r for v in node for r in _refs(v)]
     return []
@@ -141,15 +169,22 @@ def test_schema_lists_only_legal_actions() -> None:
     text = json.dumps(bidding)
     assert "oneOf" not in text and '"title"' not in text and "discriminator" not in text
     design = legal_action_schema(LEGAL["design"], designer=True)
-    assert _variants(design) == {"SetMechanism", "Wait", "MechanismUpdate"}  # + the flat DAEDALUS form
+    assert _variants(design) == {
+        "SetMechanism",
+        "Wait",
+        "MechanismUpdate",
+    }  # + the flat DAEDALUS form
     negotiation = legal_action_schema(LEGAL["negotiation"])
     assert set(negotiation["$defs"]) >= {ACTION_CLASSES[k].__name__ for k in LEGAL["negotiation"]}
     assert "Bid" not in negotiation["$defs"] and "SetMechanism" not in negotiation["$defs"]
     single = legal_action_schema(["wait"])
-    assert single["properties"]["action_type"]["const"] == "wait" and single["required"] == ["action_type"]
+    assert single["properties"]["action_type"]["const"] == "wait" and single["required"] == [
+        "action_type"
+    ]
 
 
 # --- the agent's logic (stub backend) ------------------------------------------------------------
+
 
 def _agent(backend: Any, **kw: Any) -> LLMAgent:
     agent = LLMAgent(backend, **kw)
@@ -164,7 +199,10 @@ def test_prompt_and_request() -> None:
     assert agent.act(obs) == Wait()
     messages, schema, params = stub.calls[0]
     assert [m["role"] for m in messages] == ["system", "user"]
-    assert "ONE JSON object" in messages[0]["content"] and "bid, allocate_to_job, wait, finish" in messages[0]["content"]
+    assert (
+        "ONE JSON object" in messages[0]["content"]
+        and "bid, allocate_to_job, wait, finish" in messages[0]["content"]
+    )
     assert messages[1]["content"].startswith(obs.to_prompt())
     assert json.dumps(schema, separators=(",", ":")) in messages[1]["content"]
     assert schema is legal_action_schema(obs.legal_actions)
@@ -173,30 +211,60 @@ def test_prompt_and_request() -> None:
 
 
 def test_repair_then_success_is_counted() -> None:
-    stub = StubBackend("not json at all", '{"action_type": "bid", "bids": [1, 2]}', '{"action_type": "bid", "bids": [2, 1]}')
+    stub = StubBackend(
+        "not json at all",
+        '{"action_type": "bid", "bids": [1, 2]}',
+        '{"action_type": "bid", "bids": [2, 1]}',
+    )
     agent = _agent(stub, retries=2)
     action = agent.act(OBS["bidding"])
     assert action == Bid(bids=[2.0, 1.0])
     s = agent.stats
-    assert (s["decisions"], s["requests"], s["retries"], s["parse_failures"], s["fallbacks"]) == (1, 3, 2, 2, 0)
+    assert (s["decisions"], s["requests"], s["retries"], s["parse_failures"], s["fallbacks"]) == (
+        1,
+        3,
+        2,
+        2,
+        0,
+    )
     assert (s["prompt_tokens"], s["completion_tokens"]) == (300, 30)
     # the repair message carries the previous reply and the error
     last_messages = stub.calls[-1][0]
-    assert [m["role"] for m in last_messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["role"] for m in last_messages] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
     assert last_messages[4]["content"] == '{"action_type": "bid", "bids": [1, 2]}'
     assert "non-increasing" in last_messages[5]["content"]
     ex = agent.last_exchange
-    assert ex is not None and ex["action"] == {"action_type": "bid", "bids": [2.0, 1.0]} and ex["error"] is None
+    assert (
+        ex is not None
+        and ex["action"] == {"action_type": "bid", "bids": [2.0, 1.0]}
+        and ex["error"] is None
+    )
     assert ex["attempts"] == 3 and ex["raw_replies"][0] == "not json at all" and not ex["fallback"]
     assert ex["messages"] == last_messages
 
 
-@pytest.mark.parametrize("phase, fallback, expected", [
-    ("design", "safe", Wait()), ("negotiation", "safe", Wait()), ("bidding", "safe", Bid(bids=[])),
-    ("bidding", "truthful", None),
-])
+@pytest.mark.parametrize(
+    "phase, fallback, expected",
+    [
+        ("design", "safe", Wait()),
+        ("negotiation", "safe", Wait()),
+        ("bidding", "safe", Bid(bids=[])),
+        ("bidding", "truthful", None),
+    ],
+)
 def test_fallback_after_retries(phase: str, fallback: str, expected: Any) -> None:
-    wrong = '{"action_type": "accept_offer", "offer_id": "o1"}' if phase != "negotiation" else '{"action_type": "bid"}'
+    wrong = (
+        '{"action_type": "accept_offer", "offer_id": "o1"}'
+        if phase != "negotiation"
+        else '{"action_type": "bid"}'
+    )
     stub = StubBackend(wrong, "garbage", default=wrong)
     agent = _agent(stub, retries=1, fallback=fallback)
     obs = OBS[phase]
@@ -204,15 +272,28 @@ def test_fallback_after_retries(phase: str, fallback: str, expected: Any) -> Non
     assert action == (expected if expected is not None else truthful_bid(obs))
     assert expected is not None or action.bids  # the truthful fallback bids
     s = agent.stats
-    assert (s["requests"], s["retries"], s["parse_failures"], s["fallbacks"], s["backend_errors"]) == (2, 1, 2, 1, 0)
-    assert agent.last_exchange and agent.last_exchange["fallback"] and "JSON" in agent.last_exchange["error"]
+    assert (
+        s["requests"],
+        s["retries"],
+        s["parse_failures"],
+        s["fallbacks"],
+        s["backend_errors"],
+    ) == (2, 1, 2, 1, 0)
+    assert (
+        agent.last_exchange
+        and agent.last_exchange["fallback"]
+        and "JSON" in agent.last_exchange["error"]
+    )
 
 
 def test_designer_flat_form_and_wrong_seat() -> None:
     obs = OBS["negotiation"]
     other = next(s for s in obs.active_labs if s != obs.seat)
-    stub = StubBackend('{"auction_type": "vcg", "reserve_price": 8}', f'{{"action_type": "wait", "agent": "{other}"}}',
-                       f'{{"action_type": "wait", "agent": "{obs.seat}"}}')
+    stub = StubBackend(
+        '{"auction_type": "vcg", "reserve_price": 8}',
+        f'{{"action_type": "wait", "agent": "{other}"}}',
+        f'{{"action_type": "wait", "agent": "{obs.seat}"}}',
+    )
     agent = _agent(stub)
     action = agent.act(OBS["design"])
     assert isinstance(action, SetMechanism) and action.mechanism.auction_type == "vcg"
@@ -228,7 +309,13 @@ def test_backend_errors_fall_back_without_retry(use_async: bool) -> None:
     assert run(OBS["bidding"]) == Bid(bids=[])
     assert run(OBS["negotiation"]) == Wait()
     s = agent.stats
-    assert (s["requests"], s["backend_errors"], s["fallbacks"], s["retries"], s["parse_failures"]) == (2, 2, 2, 0, 0)
+    assert (
+        s["requests"],
+        s["backend_errors"],
+        s["fallbacks"],
+        s["retries"],
+        s["parse_failures"],
+    ) == (2, 2, 2, 0, 0)
     assert "socket exploded" in agent.last_exchange["error"]
 
 
@@ -274,10 +361,15 @@ def test_reset_zeroes_stats() -> None:
 
 # --- full episodes through the real openai client ------------------------------------------------
 
+
 def _llm_seats(url: str, **backend_kw: Any) -> dict[str, LLMAgent]:
     backend_kw.setdefault("max_retries", 0)
-    return {seat: LLMAgent(OpenAIBackend("fake-model", base_url=url, api_key_env=KEY_ENV, **backend_kw), retries=2)
-            for seat in SEATS}
+    return {
+        seat: LLMAgent(
+            OpenAIBackend("fake-model", base_url=url, api_key_env=KEY_ENV, **backend_kw), retries=2
+        )
+        for seat in SEATS
+    }
 
 
 def _requests_of(server: FakeOpenAIServer, seat: str) -> list[Any]:
@@ -286,25 +378,37 @@ def _requests_of(server: FakeOpenAIServer, seat: str) -> list[Any]:
 
 def test_episode_with_llm_seats_and_exact_accounting(server: FakeOpenAIServer, key: str) -> None:
     server.script(
-        Reply(match="You play seat bidder_0 ", content='Let me think.\n```json\n{"action_type": "wait"}\n```'),
-        Reply(match="You play seat bidder_1 ", content='{"action_type": "wait",'),                # malformed -> repaired
-        Reply(match="You play seat bidder_2 ", content='{"action_type": "bid", "bids": [5]}'),  # wrong kind x3
+        Reply(
+            match="You play seat bidder_0 ",
+            content='Let me think.\n```json\n{"action_type": "wait"}\n```',
+        ),
+        Reply(
+            match="You play seat bidder_1 ", content='{"action_type": "wait",'
+        ),  # malformed -> repaired
+        Reply(
+            match="You play seat bidder_2 ", content='{"action_type": "bid", "bids": [5]}'
+        ),  # wrong kind x3
         Reply(match="You play seat bidder_2 ", content='{"action_type": "bid", "bids": [5]}'),
         Reply(match="You play seat bidder_2 ", content='{"action_type": "bid", "bids": [5]}'),
-        Reply(match="You play seat designer_0 ", status=500, error="scripted crash"),           # -> fallback
-        Reply(match="You play seat bidder_0 ", delay=1.0),                                      # timeout -> fallback
+        Reply(match="You play seat designer_0 ", status=500, error="scripted crash"),  # -> fallback
+        Reply(match="You play seat bidder_0 ", delay=1.0),  # timeout -> fallback
     )
     seats = _llm_seats(server.base_url, timeout=0.4)
     result = run_episode("market_round", seed=0, seats=seats)
     assert server.pending == 0
     assert all(n == 0 for n in result.invalid_actions.values())  # fallbacks are legal actions
     expected = {  # (retries, parse_failures, fallbacks, backend_errors)
-        "designer_0": (0, 0, 1, 1), "bidder_0": (0, 0, 1, 1), "bidder_1": (1, 1, 0, 0), "bidder_2": (2, 3, 1, 0),
+        "designer_0": (0, 0, 1, 1),
+        "bidder_0": (0, 0, 1, 1),
+        "bidder_1": (1, 1, 0, 0),
+        "bidder_2": (2, 3, 1, 0),
     }
     steps = {seat: 0 for seat in SEATS}
     for seat, agent in seats.items():
         s = agent.stats
-        assert (s["retries"], s["parse_failures"], s["fallbacks"], s["backend_errors"]) == expected[seat], seat
+        assert (s["retries"], s["parse_failures"], s["fallbacks"], s["backend_errors"]) == expected[
+            seat
+        ], seat
         mine = _requests_of(server, seat)
         assert s["requests"] == len(mine)
         assert s["requests"] == s["decisions"] + s["retries"]
@@ -317,8 +421,10 @@ def test_episode_with_llm_seats_and_exact_accounting(server: FakeOpenAIServer, k
     # every live turn was an LLM decision: per round one design turn, 2 negotiation turns + 1 bid per lab
     assert steps == {"designer_0": 5, "bidder_0": 15, "bidder_1": 15, "bidder_2": 15}
     assert sum(a.stats["requests"] for a in seats.values()) == len(server.requests)
-    assert server.usage_totals(timeout=0.4) == (sum(a.stats["prompt_tokens"] for a in seats.values()),
-                                                sum(a.stats["completion_tokens"] for a in seats.values()))
+    assert server.usage_totals(timeout=0.4) == (
+        sum(a.stats["prompt_tokens"] for a in seats.values()),
+        sum(a.stats["completion_tokens"] for a in seats.values()),
+    )
     assert seats["designer_0"].stats["decisions"] == 5  # one design turn per round
     # the designer's default replies changed the mechanism (nested and flat DAEDALUS forms)
     auctions = [r["mechanism"]["auction_type"] for r in result.round_log]
@@ -326,7 +432,10 @@ def test_episode_with_llm_seats_and_exact_accounting(server: FakeOpenAIServer, k
     # every request asked for structured output with only the legal actions
     for r in server.requests:
         schema = r.body["response_format"]["json_schema"]["schema"]
-        assert "Bid" not in schema["$defs"] or "negotiation phase" not in r.body["messages"][0]["content"]
+        assert (
+            "Bid" not in schema["$defs"]
+            or "negotiation phase" not in r.body["messages"][0]["content"]
+        )
 
 
 def test_json_schema_rejected_episode_falls_back_to_free_text(key: str) -> None:
@@ -361,15 +470,32 @@ class Recorder(BaseAgent):
         return action
 
 
-def test_cache_replays_an_episode_offline(tmp_path: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_replays_an_episode_offline(
+    tmp_path: Path, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "llm-cache.sqlite"
     prices = {"fake-model": (500.0, 1500.0)}
     with FakeOpenAIServer() as srv:
-        srv.script(Reply(match="You play seat bidder_1 ", content="{'action_type': 'wait',,"),  # repaired, cached
-                   Reply(match="You play seat bidder_2 ", status=500))                         # recorded error
-        live = {seat: Recorder(LLMAgent(CachedBackend(OpenAIBackend(
-            "fake-model", base_url=srv.base_url, api_key_env=KEY_ENV, max_retries=0), path), prices=prices))
-            for seat in SEATS}
+        srv.script(
+            Reply(
+                match="You play seat bidder_1 ", content="{'action_type': 'wait',,"
+            ),  # repaired, cached
+            Reply(match="You play seat bidder_2 ", status=500),
+        )  # recorded error
+        live = {
+            seat: Recorder(
+                LLMAgent(
+                    CachedBackend(
+                        OpenAIBackend(
+                            "fake-model", base_url=srv.base_url, api_key_env=KEY_ENV, max_retries=0
+                        ),
+                        path,
+                    ),
+                    prices=prices,
+                )
+            )
+            for seat in SEATS
+        }
         first = run_episode("market_round", seed=4, seats=live)
         served = len(srv.requests)
     # the server is gone and there is no key: replay from the cache only, agents built from a spec
@@ -377,7 +503,10 @@ def test_cache_replays_an_episode_offline(tmp_path: Path, key: str, monkeypatch:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     spec = f"llm:openai?model=fake-model&cache={path}&cache_mode=read&price_prompt=500&price_completion=1500"
     replay = {seat: Recorder(LLMAgent.from_spec(spec)) for seat in SEATS}
-    assert all(isinstance(r.inner.backend, CachedBackend) and r.inner.backend.backend is None for r in replay.values())
+    assert all(
+        isinstance(r.inner.backend, CachedBackend) and r.inner.backend.backend is None
+        for r in replay.values()
+    )
     second = run_episode("market_round", seed=4, seats=replay)
     assert {s: r.actions for s, r in replay.items()} == {s: r.actions for s, r in live.items()}
     assert second.returns == first.returns and second.components == first.components
@@ -388,7 +517,10 @@ def test_cache_replays_an_episode_offline(tmp_path: Path, key: str, monkeypatch:
     for seat in SEATS:
         a, b = live[seat].inner.stats, replay[seat].inner.stats
         assert b["requests"] == a["requests"]
-        assert (b["prompt_tokens"], b["completion_tokens"]) == (a["prompt_tokens"], a["completion_tokens"])
+        assert (b["prompt_tokens"], b["completion_tokens"]) == (
+            a["prompt_tokens"],
+            a["completion_tokens"],
+        )
         assert b["cache_hits"] == b["requests"] - b["backend_errors"]
         assert b["cost_usd"] == 0 and a["cost_usd"] > 0
         assert b["backend_errors"] == a["backend_errors"]  # the recorded 500 replays: same fallback
@@ -414,7 +546,9 @@ def test_cache_modes_and_key(tmp_path: Path) -> None:
     assert not first.cached and again.cached and again.text == first.text and len(stub.calls) == 1
     cached.complete(msgs, None, {"temperature": 1})  # params are part of the key
     assert len(stub.calls) == 2 and len(cached.cache) == 2
-    assert cache_key("m", msgs, None, {"a": 1, "b": 2}) == cache_key("m", msgs, None, {"b": 2, "a": 1})
+    assert cache_key("m", msgs, None, {"a": 1, "b": 2}) == cache_key(
+        "m", msgs, None, {"b": 2, "a": 1}
+    )
     reader = CachedBackend(None, tmp_path / "c.sqlite", mode="read", model="stub-model")
     assert asyncio.run(reader.acomplete(msgs, None, {"temperature": 0})).cached
     with pytest.raises(BackendError, match="not in cache"):
@@ -425,10 +559,13 @@ def test_cache_modes_and_key(tmp_path: Path) -> None:
 
 # --- async, the shared limiter -------------------------------------------------------------------
 
+
 def test_limiter_peak_equals_limit_under_load(key: str) -> None:
     obs = OBS["bidding"]
     with FakeOpenAIServer(latency=0.05) as srv:
-        backend = OpenAIBackend("fake-model", base_url=srv.base_url, api_key_env=KEY_ENV, max_retries=0)
+        backend = OpenAIBackend(
+            "fake-model", base_url=srv.base_url, api_key_env=KEY_ENV, max_retries=0
+        )
         limiter = RequestLimiter(3)
         agents = [LLMAgent(backend, limiter=limiter) for _ in range(12)]
 
@@ -465,18 +602,27 @@ def test_async_episode_with_timeout(server: FakeOpenAIServer, key: str) -> None:
         return returns
 
     asyncio.run(play())
-    assert seats["bidder_1"].stats["backend_errors"] == 1 and seats["bidder_1"].stats["fallbacks"] == 1
+    assert (
+        seats["bidder_1"].stats["backend_errors"] == 1 and seats["bidder_1"].stats["fallbacks"] == 1
+    )
     assert sum(a.stats["requests"] for a in seats.values()) == len(server.requests)
 
 
 # --- specs and key hygiene --------------------------------------------------------------------------
 
+
 def test_from_spec(server: FakeOpenAIServer, key: str, tmp_path: Path) -> None:
-    spec = (f"llm:openai?model=fake-model&base_url={server.base_url}&api_key_env={KEY_ENV}&retries=1"
-            "&timeout=5&max_retries=0&response_format=json_object&temperature=0.3&max_tokens=64"
-            f"&fallback=truthful&price_prompt=0.5&price_completion=1.5&cache={tmp_path / 'c.sqlite'}")
+    spec = (
+        f"llm:openai?model=fake-model&base_url={server.base_url}&api_key_env={KEY_ENV}&retries=1"
+        "&timeout=5&max_retries=0&response_format=json_object&temperature=0.3&max_tokens=64"
+        f"&fallback=truthful&price_prompt=0.5&price_completion=1.5&cache={tmp_path / 'c.sqlite'}"
+    )
     agent = LLMAgent.from_spec(spec)
-    assert agent.retries == 1 and agent.fallback == "truthful" and agent.params == {"temperature": 0.3, "max_tokens": 64}
+    assert (
+        agent.retries == 1
+        and agent.fallback == "truthful"
+        and agent.params == {"temperature": 0.3, "max_tokens": 64}
+    )
     assert isinstance(agent.backend, CachedBackend)
     inner = agent.backend.backend
     assert isinstance(inner, OpenAIBackend)
@@ -486,31 +632,66 @@ def test_from_spec(server: FakeOpenAIServer, key: str, tmp_path: Path) -> None:
     assert agent.act(OBS["negotiation"]) == Wait()
     assert server.requests[-1].body["response_format"]["type"] == "json_object"
     assert agent.stats["cost_usd"] > 0
-    same = LLMAgent.from_params("openai", model="fake-model", base_url=server.base_url, api_key_env=KEY_ENV)
-    assert isinstance(same.backend, OpenAIBackend) and same.spec.startswith("llm:openai?model=fake-model")
+    same = LLMAgent.from_params(
+        "openai", model="fake-model", base_url=server.base_url, api_key_env=KEY_ENV
+    )
+    assert isinstance(same.backend, OpenAIBackend) and same.spec.startswith(
+        "llm:openai?model=fake-model"
+    )
     with pytest.raises(TypeError, match="unknown parameter 'modle'"):
         LLMAgent.from_params("openai", modle="x", base_url=server.base_url)
     with pytest.raises(TypeError, match="unknown LLM provider"):
         LLMAgent.from_params("nope", model="x")
 
 
-@pytest.mark.parametrize(("typo", "meant"), [("retrys", "retries"), ("falback", "fallback"),
-                                             ("bse_url", "base_url"), ("max_retry", "max_retries")])
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("retrys", "retries"),
+        ("falback", "fallback"),
+        ("bse_url", "base_url"),
+        ("max_retry", "max_retries"),
+    ],
+)
 def test_a_misspelt_parameter_names_every_parameter_of_the_spec(typo: str, meant: str) -> None:
     """The agent's parameters and the backend's, with the nearest as a suggestion."""
     with pytest.raises(AgentSpecError) as info:
         make_agent(f"llm:openai?model=x&base_url=http://127.0.0.1:9/v1&{typo}=3")
     message = str(info.value)
     assert f"unknown parameter {typo!r}" in message and f"did you mean {meant!r}?" in message
-    agent_part, backend_part = message.split("agent parameters: ")[1].split("; OpenAIBackend parameters: ")
-    assert {"retries", "fallback", "call_timeout", "price_prompt", "price_completion", "cache",
-            "cache_mode"} <= set(agent_part.split(", "))
-    assert {"model", "base_url", "timeout", "max_retries", "response_format"} <= set(backend_part.split(", "))
+    agent_part, backend_part = message.split("agent parameters: ")[1].split(
+        "; OpenAIBackend parameters: "
+    )
+    assert {
+        "retries",
+        "fallback",
+        "call_timeout",
+        "price_prompt",
+        "price_completion",
+        "cache",
+        "cache_mode",
+    } <= set(agent_part.split(", "))
+    assert {"model", "base_url", "timeout", "max_retries", "response_format"} <= set(
+        backend_part.split(", ")
+    )
 
 
-def test_a_misspelt_parameter_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli(["run", "single_trade", "--seeds", "0", "--out", str(tmp_path), "--no-progress",
-                "--seat", "bidder_0=llm:openai?model=x&base_url=http://127.0.0.1:9/v1&retrys=3"])
+def test_a_misspelt_parameter_through_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli(
+        [
+            "run",
+            "single_trade",
+            "--seeds",
+            "0",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--seat",
+            "bidder_0=llm:openai?model=x&base_url=http://127.0.0.1:9/v1&retrys=3",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "did you mean 'retries'?" in err and "Traceback" not in err
 
@@ -525,21 +706,48 @@ def test_the_old_per_1k_price_parameters_are_refused_with_the_conversion() -> No
 
 def test_api_key_never_leaks(server: FakeOpenAIServer, key: str, tmp_path: Path) -> None:
     server.script(
-        Reply(match="You play seat bidder_0 ", status=401, error=f"Incorrect API key provided: {FAKE_KEY}"),
+        Reply(
+            match="You play seat bidder_0 ",
+            status=401,
+            error=f"Incorrect API key provided: {FAKE_KEY}",
+        ),
         Reply(match="You play seat bidder_1 ", delay=1.0),
         Reply(match="You play seat bidder_2 ", content="not json"),
     )
     path = tmp_path / "cache.sqlite"
-    seats = {seat: LLMAgent(CachedBackend(OpenAIBackend("fake-model", base_url=server.base_url, api_key_env=KEY_ENV,
-                                                        max_retries=0, timeout=0.3), path)) for seat in SEATS}
+    seats = {
+        seat: LLMAgent(
+            CachedBackend(
+                OpenAIBackend(
+                    "fake-model",
+                    base_url=server.base_url,
+                    api_key_env=KEY_ENV,
+                    max_retries=0,
+                    timeout=0.3,
+                ),
+                path,
+            )
+        )
+        for seat in SEATS
+    }
     taps = {s: Recorder(a) for s, a in seats.items()}
     run_episode("market_round", seed=0, seats=taps)
     exchanges = [ex for tap in taps.values() for ex in tap.exchanges]
-    assert seats["bidder_0"].stats["backend_errors"] >= 1 and seats["bidder_1"].stats["backend_errors"] >= 1
+    assert (
+        seats["bidder_0"].stats["backend_errors"] >= 1
+        and seats["bidder_1"].stats["backend_errors"] >= 1
+    )
     texts = [json.dumps(exchanges, default=str)]
     for agent in seats.values():
-        texts += [repr(agent), str(agent), repr(agent.backend), repr(agent.stats), json.dumps(agent.last_exchange),
-                  repr(vars(agent)), str(agent.spec)]
+        texts += [
+            repr(agent),
+            str(agent),
+            repr(agent.backend),
+            repr(agent.stats),
+            json.dumps(agent.last_exchange),
+            repr(vars(agent)),
+            str(agent.spec),
+        ]
     errors = [e for ex in exchanges for e in ex["errors"]]
     assert any("HTTP 401" in e and "[redacted]" in e for e in errors)
     assert any("timed out" in e for e in errors)

@@ -41,25 +41,46 @@ def llm(srv: FakeOpenAIServer, extra: str = "") -> str:
 def _run(out: Path, seat: str, *flags: str) -> dict[str, Any]:
     """``gpumarket run single_trade`` on seeds 0 and 1 with ``bidder_0`` = ``seat``; returns the
     LLM seat's requests, tokens and cost summed over its results rows."""
-    code = cli(["run", "single_trade", "--seeds", "0:2", "--out", str(out), "--no-progress",
-                "--no-transcripts", "--seat", f"bidder_0={seat}", *flags])
+    code = cli(
+        [
+            "run",
+            "single_trade",
+            "--seeds",
+            "0:2",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--no-transcripts",
+            "--seat",
+            f"bidder_0={seat}",
+            *flags,
+        ]
+    )
     assert code == 0
-    rows = [json.loads(line) for line in (out / "single_trade" / "results.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (out / "single_trade" / "results.jsonl").read_text().splitlines()
+    ]
     mine = [r for r in rows if r["seat"] == "bidder_0"]
     assert len(mine) == 2
-    return {"requests": sum(r["stats"]["requests"] for r in mine),
-            "tokens": sum(r["tokens"]["total"] for r in mine),
-            "cost_usd": sum(r["stats"]["cost_usd"] for r in mine)}
+    return {
+        "requests": sum(r["stats"]["requests"] for r in mine),
+        "tokens": sum(r["tokens"]["total"] for r in mine),
+        "cost_usd": sum(r["stats"]["cost_usd"] for r in mine),
+    }
 
 
 def _budget_usd(err: str) -> float:
-    match = re.search(r"budget: [\d,]+ tokens \([\d,]+ prompt, [\d,]+ completion\), \$([\d.]+)", err)
+    match = re.search(
+        r"budget: [\d,]+ tokens \([\d,]+ prompt, [\d,]+ completion\), \$([\d.]+)", err
+    )
     assert match, err
     return float(match.group(1))
 
 
-def test_only_the_price_table_prices_each_seat(server: FakeOpenAIServer, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_only_the_price_table_prices_each_seat(
+    server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     got = _run(tmp_path, llm(server), "--price", "fake-model=2,8")
     err = capsys.readouterr().err
     n = len(server.requests)
@@ -69,8 +90,9 @@ def test_only_the_price_table_prices_each_seat(server: FakeOpenAIServer, tmp_pat
     assert _budget_usd(err) == pytest.approx(round(n * USD_PER_REQUEST, 4))
 
 
-def test_a_seat_price_needs_no_table_and_wins_over_it(server: FakeOpenAIServer, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_seat_price_needs_no_table_and_wins_over_it(
+    server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     own = llm(server, "&price_prompt=2&price_completion=8")
     got = _run(tmp_path / "own", own)
     n = len(server.requests)
@@ -85,21 +107,39 @@ def test_a_seat_price_needs_no_table_and_wins_over_it(server: FakeOpenAIServer, 
     assert _budget_usd(err) == pytest.approx(round(m * USD_PER_REQUEST, 4))
 
 
-def test_a_cost_budget_accepts_a_seat_priced_by_its_spec(server: FakeOpenAIServer, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    got = _run(tmp_path, llm(server, "&price_prompt=2&price_completion=8"),
-                  "--budget-usd", "100")
+def test_a_cost_budget_accepts_a_seat_priced_by_its_spec(
+    server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = _run(tmp_path, llm(server, "&price_prompt=2&price_completion=8"), "--budget-usd", "100")
     assert got["cost_usd"] == pytest.approx(len(server.requests) * USD_PER_REQUEST, rel=1e-12)
     assert "no price" not in capsys.readouterr().err
 
 
-def test_eval_table_has_the_seats_tokens_and_cost(server: FakeOpenAIServer, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_table_has_the_seats_tokens_and_cost(
+    server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "eval"
     agent = llm(server)
-    code = cli(["eval", "--agents", f"{agent},truthful", "--scenarios", "single_trade",
-                "--seat", "bidder_0", "--seeds", "0:2", "--out", str(out), "--workers", "1",
-                "--no-progress", "--price", "fake-model=2,8"])
+    code = cli(
+        [
+            "eval",
+            "--agents",
+            f"{agent},truthful",
+            "--scenarios",
+            "single_trade",
+            "--seat",
+            "bidder_0",
+            "--seeds",
+            "0:2",
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            "--no-progress",
+            "--price",
+            "fake-model=2,8",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     n = len(server.requests)
@@ -114,12 +154,26 @@ def test_eval_table_has_the_seats_tokens_and_cost(server: FakeOpenAIServer, tmp_
     assert "| truthful |" in md and " | 0 | 0.0000 |" in md
 
 
-def test_tournament_table_has_each_agents_tokens_and_cost(server: FakeOpenAIServer, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_tournament_table_has_each_agents_tokens_and_cost(
+    server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "tour"
     agent = llm(server, "&price_prompt=2&price_completion=8")
-    code = cli(["tournament", "--scenario", "single_trade", "--bidders", f"{agent},truthful",
-                "--seeds", "0:2", "--workers", "1", "--out", str(out)])
+    code = cli(
+        [
+            "tournament",
+            "--scenario",
+            "single_trade",
+            "--bidders",
+            f"{agent},truthful",
+            "--seeds",
+            "0:2",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     n = len(server.requests)

@@ -20,8 +20,15 @@ from market.bench.fake_openai_server import FakeOpenAIServer, Reply
 
 KEY_ENV = "GPUMARKET_TEST_OPENAI_KEY"
 FAKE_KEY = "sk-test-ZEBRA-9f3c2a71-do-not-leak"
-MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "You are bidder_0 (bidder). phase: negotiation"}]
-SCHEMA = {"type": "object", "properties": {"action_type": {"const": "wait"}}, "required": ["action_type"]}
+MESSAGES = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "You are bidder_0 (bidder). phase: negotiation"},
+]
+SCHEMA = {
+    "type": "object",
+    "properties": {"action_type": {"const": "wait"}},
+    "required": ["action_type"],
+}
 
 
 @pytest.fixture
@@ -45,14 +52,23 @@ def backend(server: FakeOpenAIServer, **kw) -> OpenAIBackend:
 def test_request_shape_per_response_format(server: FakeOpenAIServer, key: str) -> None:
     for fmt in ("json_schema", "json_object", "none"):
         b = backend(server, response_format=fmt)
-        out = b.complete(MESSAGES, SCHEMA, {"temperature": 0.0, "max_tokens": 64, "seed": 7, "top_k": 5})
+        out = b.complete(
+            MESSAGES, SCHEMA, {"temperature": 0.0, "max_tokens": 64, "seed": 7, "top_k": 5}
+        )
         assert isinstance(out, Completion) and out.text == '{"action_type": "wait"}'
         body = server.requests[-1].body
         assert body["model"] == "fake-model" and body["messages"] == MESSAGES
-        assert (body["temperature"], body["max_tokens"], body["seed"], body["top_k"]) == (0.0, 64, 7, 5)
+        assert (body["temperature"], body["max_tokens"], body["seed"], body["top_k"]) == (
+            0.0,
+            64,
+            7,
+            5,
+        )
         if fmt == "json_schema":
             assert body["response_format"] == {
-                "type": "json_schema", "json_schema": {"name": "action", "schema": SCHEMA, "strict": False}}
+                "type": "json_schema",
+                "json_schema": {"name": "action", "schema": SCHEMA, "strict": False},
+            }
         elif fmt == "json_object":
             assert body["response_format"] == {"type": "json_object", "schema": SCHEMA}
         else:
@@ -65,7 +81,12 @@ def test_request_shape_per_response_format(server: FakeOpenAIServer, key: str) -
 def test_usage_latency_and_key_sent(server: FakeOpenAIServer, key: str) -> None:
     server.script(Reply(content='{"action_type": "wait"}', prompt_tokens=123, completion_tokens=45))
     out = backend(server).complete(MESSAGES, SCHEMA, {})
-    assert (out.prompt_tokens, out.completion_tokens, out.model, out.cached) == (123, 45, "fake-model", False)
+    assert (out.prompt_tokens, out.completion_tokens, out.model, out.cached) == (
+        123,
+        45,
+        "fake-model",
+        False,
+    )
     assert 0 < out.latency_s < 5
     assert server.requests[-1].bearer_sha256 == hashlib.sha256(FAKE_KEY.encode()).hexdigest()
 
@@ -119,7 +140,9 @@ def test_errors_are_mapped(server: FakeOpenAIServer, key: str, use_async: bool) 
     assert exc.__cause__ is None and exc.__context__ is None
     with FakeOpenAIServer() as other:
         dead_url = other.base_url
-    dead = OpenAIBackend("fake-model", base_url=dead_url, api_key_env=KEY_ENV, max_retries=0, timeout=2)
+    dead = OpenAIBackend(
+        "fake-model", base_url=dead_url, api_key_env=KEY_ENV, max_retries=0, timeout=2
+    )
     assert "cannot connect" in str(_error(dead, use_async))
 
 

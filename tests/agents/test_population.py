@@ -89,11 +89,21 @@ def job(
     )
 
 
-def open_offer(offer_id: str, side: str, blocks: int, price: float,
-          sender: str = "bidder_1") -> OfferView:
+def open_offer(
+    offer_id: str, side: str, blocks: int, price: float, sender: str = "bidder_1"
+) -> OfferView:
     """An open offer to bidder_0, delivered and expiring in round 0."""
-    return OfferView(offer_id=offer_id, sender=sender, recipient="bidder_0", side=side,
-                     blocks=blocks, price=price, delivery_round=0, expires_round=0, status="open")
+    return OfferView(
+        offer_id=offer_id,
+        sender=sender,
+        recipient="bidder_0",
+        side=side,
+        blocks=blocks,
+        price=price,
+        delivery_round=0,
+        expires_round=0,
+        status="open",
+    )
 
 
 def result(round_: int, **fields: Any) -> MarketResultView:
@@ -212,7 +222,9 @@ def test_marginal_values_skip_all_or_nothing_jobs_that_cannot_finish() -> None:
     hopeless = job("hopeless", 5, 40.0, 0)
     assert marginal_values(bidder_obs(jobs=(hopeless,), capacity=4, labs=2)) == []
     # with 3 more rounds (4 x 2 = 8 blocks' share) it can, and with partial credit it always pays
-    assert marginal_values(bidder_obs(jobs=(job("h", 5, 40.0, 3),), capacity=4, labs=2)) == [40.0] * 5
+    assert (
+        marginal_values(bidder_obs(jobs=(job("h", 5, 40.0, 3),), capacity=4, labs=2)) == [40.0] * 5
+    )
     partial = job("p", 5, 40.0, 0, partial=True)
     assert marginal_values(bidder_obs(jobs=(partial,), capacity=4, labs=2)) == [40.0] * 5
     # failures count: a share of 2 x reliability 0.9 = 1.8 blocks cannot finish a 2-block job

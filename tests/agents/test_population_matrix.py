@@ -32,18 +32,37 @@ from scenarios import builtin_names
 def test_population_is_every_scripted_bidder_but_the_expert() -> None:
     members = population()
     assert "rule_expert" not in members
-    assert {"idle", "truthful", "random_valid", "always_accept", "spam_offers", "spam_coalitions",
-            "spam_pitches", "shader", "colluder", "dropout", "exploiter", "greedy_hoarder",
-            "no_negotiation"} == set(members)
+    assert {
+        "idle",
+        "truthful",
+        "random_valid",
+        "always_accept",
+        "spam_offers",
+        "spam_coalitions",
+        "spam_pitches",
+        "shader",
+        "colluder",
+        "dropout",
+        "exploiter",
+        "greedy_hoarder",
+        "no_negotiation",
+    } == set(members)
     assert bidder_scenarios() == builtin_names()  # every built-in scenario has bidder_0
 
 
 def test_paired_cells_by_hand() -> None:
     # seed by seed the expert is 1, 2, 3 ahead of a; 0 ahead of b on one seed b failed
     m = ExpertMatrix(
-        "x", ["a", "b"], ["s"], "bidder_0", [0, 1, 2],
-        {("s", "x"): {0: 2.0, 1: 3.0, 2: 4.0}, ("s", "a"): {0: 1.0, 1: 1.0, 2: 1.0},
-         ("s", "b"): {0: 2.0, 1: 3.0}},
+        "x",
+        ["a", "b"],
+        ["s"],
+        "bidder_0",
+        [0, 1, 2],
+        {
+            ("s", "x"): {0: 2.0, 1: 3.0, 2: 4.0},
+            ("s", "a"): {0: 1.0, 1: 1.0, 2: 1.0},
+            ("s", "b"): {0: 2.0, 1: 3.0},
+        },
         {("s", "x"): 0, ("s", "a"): 0, ("s", "b"): 0},
     )
     a, b = m.cells()
@@ -60,11 +79,19 @@ def test_paired_cells_by_hand() -> None:
 
 
 def test_cells_are_the_returns_of_episodes_played_directly(tmp_path: Path) -> None:
-    m = expert_matrix(range(3), tmp_path, workers=2, members=["idle", "truthful"],
-                      scenarios=["single_trade"], progress=False)
+    m = expert_matrix(
+        range(3),
+        tmp_path,
+        workers=2,
+        members=["idle", "truthful"],
+        scenarios=["single_trade"],
+        progress=False,
+    )
     for agent in ("rule_expert", "idle", "truthful"):
-        direct = {s: run_episode("single_trade", s, {"bidder_0": agent}).returns["bidder_0"]
-                  for s in range(3)}
+        direct = {
+            s: run_episode("single_trade", s, {"bidder_0": agent}).returns["bidder_0"]
+            for s in range(3)
+        }
         assert m.returns[("single_trade", agent)] == direct
         assert m.invalid[("single_trade", agent)] == 0
     base = m.baseline()
@@ -73,25 +100,42 @@ def test_cells_are_the_returns_of_episodes_played_directly(tmp_path: Path) -> No
     assert "Baseline: `truthful` minus `idle`" in (tmp_path / "expert_matrix.md").read_text()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"members": ["nosuch"]}, "unknown agent 'nosuch'"),
-    ({"members": ["rule_designer"]}, "cannot fill a bidder seat"),
-    ({"members": ["rule_expert"]}, "other than the expert"),
-    ({"members": ["idle", "idle"]}, "distinct"),
-    ({"members": []}, "no members"),
-    ({"scenarios": ["single_trade", "single_trade"]}, "listed twice"),
-    ({"scenarios": ["no_such_scenario"]}, "no_such_scenario"),
-    ({"seat": "bidder_9", "scenarios": ["single_trade"]}, "bidder_9"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"members": ["nosuch"]}, "unknown agent 'nosuch'"),
+        ({"members": ["rule_designer"]}, "cannot fill a bidder seat"),
+        ({"members": ["rule_expert"]}, "other than the expert"),
+        ({"members": ["idle", "idle"]}, "distinct"),
+        ({"members": []}, "no members"),
+        ({"scenarios": ["single_trade", "single_trade"]}, "listed twice"),
+        ({"scenarios": ["no_such_scenario"]}, "no_such_scenario"),
+        ({"seat": "bidder_9", "scenarios": ["single_trade"]}, "bidder_9"),
+    ],
+)
 def test_bad_input_is_refused_with_a_reason(kwargs: dict, message: str) -> None:
     with pytest.raises(RunConfigError, match=message):
         expert_matrix(range(2), workers=1, progress=False, **{"members": ["idle"], **kwargs})
 
 
 def test_cli_expert_matrix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli(["eval", "--expert-matrix", "--seeds", "0:3", "--scenarios", "single_trade",
-                "--agents", "idle,truthful", "--workers", "1", "--no-progress",
-                "--out", str(tmp_path)])
+    code = cli(
+        [
+            "eval",
+            "--expert-matrix",
+            "--seeds",
+            "0:3",
+            "--scenarios",
+            "single_trade",
+            "--agents",
+            "idle,truthful",
+            "--workers",
+            "1",
+            "--no-progress",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "rule_expert minus each scripted bidder" in out.out and "cells above 0" in out.out

@@ -83,14 +83,18 @@ def llama_agent(server: LlamaServer, retries: int = 1) -> Any:
     from agents.llm.agent import LLMAgent
     from agents.llm.backends.openai_backend import OpenAIBackend
 
-    backend = OpenAIBackend(model=server.alias, base_url=server.base_url,
-                            response_format="json_object", timeout=300.0, max_retries=0)
+    backend = OpenAIBackend(
+        model=server.alias,
+        base_url=server.base_url,
+        response_format="json_object",
+        timeout=300.0,
+        max_retries=0,
+    )
     return recording(LLMAgent(backend, retries=retries, max_tokens=LLAMA_MAX_TOKENS))
 
 
 @real_model
-def test_llama_server_bidder_single_trade(llama: LlamaServer,
-                                          record_property: Any) -> None:
+def test_llama_server_bidder_single_trade(llama: LlamaServer, record_property: Any) -> None:
     """A bidder seat on llama.cpp (sync path: act -> complete), one round of single_trade:
     two negotiation turns and a bid."""
     agent = llama_agent(llama)
@@ -102,25 +106,34 @@ def test_llama_server_bidder_single_trade(llama: LlamaServer,
     summary = check_llm_seat(result, "bidder_0", agent)
     assert summary["backend_errors"] == 0, server_failure(llama, agent)
     assert agent.exchanges[0]["phase"] == "negotiation"
-    record_property("summary", {**summary, "seconds": round(elapsed, 2),
-                                "server_startup_s": round(llama.startup_s or 0.0, 2)})
+    record_property(
+        "summary",
+        {
+            **summary,
+            "seconds": round(elapsed, 2),
+            "server_startup_s": round(llama.startup_s or 0.0, 2),
+        },
+    )
 
 
 @real_model
-def test_llama_server_designer_market_round(llama: LlamaServer,
-                                            record_property: Any) -> None:
+def test_llama_server_designer_market_round(llama: LlamaServer, record_property: Any) -> None:
     """The designer seat and a bidder on llama.cpp (async path: aact -> acomplete), 1 round
     with one negotiation pass."""
     designer, bidder = llama_agent(llama), llama_agent(llama)
     sc = load_scenario("market_round", rounds=1, negotiation_turns=1, shocks=[])
     start = time.perf_counter()
-    result = asyncio.run(arun_episode(sc, seed=0, seats={"designer_0": designer,
-                                                        "bidder_1": bidder},
-                                      agent_timeout=900.0))
+    result = asyncio.run(
+        arun_episode(
+            sc, seed=0, seats={"designer_0": designer, "bidder_1": bidder}, agent_timeout=900.0
+        )
+    )
     elapsed = time.perf_counter() - start
     assert len(result.round_log) == 1
-    summaries = {seat: check_llm_seat(result, seat, agent)
-                 for seat, agent in (("designer_0", designer), ("bidder_1", bidder))}
+    summaries = {
+        seat: check_llm_seat(result, seat, agent)
+        for seat, agent in (("designer_0", designer), ("bidder_1", bidder))
+    }
     for seat, agent in (("designer_0", designer), ("bidder_1", bidder)):
         assert summaries[seat]["backend_errors"] == 0, server_failure(llama, agent)
     assert {ex["phase"] for ex in designer.exchanges} == {"design"}
@@ -128,8 +141,7 @@ def test_llama_server_designer_market_round(llama: LlamaServer,
 
 
 @real_model
-def test_llama_server_serial_decision_rate(llama: LlamaServer,
-                                           record_property: Any) -> None:
+def test_llama_server_serial_decision_rate(llama: LlamaServer, record_property: Any) -> None:
     """Decisions per second at concurrency 1 through ``LLMAgent.aact``, one decision per phase
     (recorded as a junit property, not asserted)."""
     env = raw_env("market_round", rounds=1, shocks=[])
@@ -178,16 +190,21 @@ def test_hf_backend_complete(hf_backend: Any) -> None:
     from agents.llm.backends.base import Completion
 
     messages = [{"role": "user", "content": 'Reply with the JSON object {"action_type": "wait"}.'}]
-    schema = {"type": "object", "properties": {"action_type": {"enum": ["wait", "finish"]}},
-              "required": ["action_type"]}
+    schema = {
+        "type": "object",
+        "properties": {"action_type": {"enum": ["wait", "finish"]}},
+        "required": ["action_type"],
+    }
     first = hf_backend.complete(messages, schema, {"max_tokens": 8})
     again = hf_backend.complete(messages, schema, {"max_tokens": 8})
     assert isinstance(first, Completion) and first.text == again.text
     assert first.text.startswith('{"action_type": "')
-    assert first.text[len('{"action_type": "'):].split('"')[0] in ("wait", "finish")
+    assert first.text[len('{"action_type": "') :].split('"')[0] in ("wait", "finish")
     assert first.prompt_tokens > 0 and 0 < first.completion_tokens <= 8 and first.latency_s > 0
-    sampled = [hf_backend.complete(messages, None, {"max_tokens": 6, "temperature": 1.0,
-                                                    "seed": 7}).text for _ in range(2)]
+    sampled = [
+        hf_backend.complete(messages, None, {"max_tokens": 6, "temperature": 1.0, "seed": 7}).text
+        for _ in range(2)
+    ]
     assert sampled[0] == sampled[1]
     free = asyncio.run(hf_backend.acomplete(messages, None, {"max_tokens": 4}))
     assert 0 < free.completion_tokens <= 4
@@ -206,13 +223,21 @@ def test_hf_backend_market_round(hf_backend: Any, record_property: Any) -> None:
     result = run_episode(sc, seed=0, seats={"designer_0": designer, "bidder_0": bidder})
     elapsed = time.perf_counter() - start
     assert len(result.round_log) == 1
-    summaries = {seat: check_llm_seat(result, seat, agent)
-                 for seat, agent in (("designer_0", designer), ("bidder_0", bidder))}
+    summaries = {
+        seat: check_llm_seat(result, seat, agent)
+        for seat, agent in (("designer_0", designer), ("bidder_0", bidder))
+    }
     for summary in summaries.values():
         assert summary["backend_errors"] == 0
         assert summary["decisions"] == 1
-    record_property("summary", {**summaries, "seconds": round(elapsed, 2),
-                                "load_seconds": round(hf_backend.load_seconds, 2)})
+    record_property(
+        "summary",
+        {
+            **summaries,
+            "seconds": round(elapsed, 2),
+            "load_seconds": round(hf_backend.load_seconds, 2),
+        },
+    )
 
 
 # --- no model needed ---------------------------------------------------------------------------
@@ -220,13 +245,16 @@ def test_hf_backend_market_round(hf_backend: Any, record_property: Any) -> None:
 
 def test_hf_backend_imports_without_torch() -> None:
     """``import agents`` and the backend module never import torch or transformers."""
-    code = ("import sys, agents, agents.llm.backends.hf_backend; "
-            "assert not {'torch', 'transformers'} & set(sys.modules), 'heavy import'")
+    code = (
+        "import sys, agents, agents.llm.backends.hf_backend; "
+        "assert not {'torch', 'transformers'} & set(sys.modules), 'heavy import'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def test_hf_backend_missing_extra_names_install_line(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hf_backend_missing_extra_names_install_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import importlib.util
 
     from agents.llm.backends import hf_backend
@@ -234,8 +262,11 @@ def test_hf_backend_missing_extra_names_install_line(tmp_path: Path,
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "torch" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "torch" else real_find_spec(name, *a),
+    )
     with pytest.raises(ModuleNotFoundError) as info:
         hf_backend.HFBackend(path=model)
     assert "pip install 'gpumarket[hf]'" in str(info.value)

@@ -35,7 +35,7 @@ class FlatBidder(BaseAgent):
         return Bid(bids=[self.price]) if obs.phase == "bidding" else Wait()
 '''
 
-PLUGIN_PYPROJECT = '''
+PLUGIN_PYPROJECT = """
 [build-system]
 requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"
@@ -49,7 +49,7 @@ flat_bidder = "gm_flat_plugin:FlatBidder"
 
 [tool.setuptools]
 py-modules = ["gm_flat_plugin"]
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,20 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (src / "pyproject.toml").write_text(textwrap.dedent(PLUGIN_PYPROJECT))
     (src / "gm_flat_plugin.py").write_text(textwrap.dedent(PLUGIN_MODULE))
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(src)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     assert any(p.name.startswith("gm_flat_plugin-0.0.1.dist-info") for p in target.iterdir())
     sys.path.insert(0, str(target))
@@ -84,12 +96,32 @@ def test_installed_plugin_fills_a_seat_by_its_spec(plugin_dir: Path) -> None:
 
 
 def test_plugin_works_through_the_cli(plugin_dir: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")]),
+    }
     out = tmp_path / "results.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "market", "run", "single_trade", "--seeds", "0:2", "--workers", "2",
-         "--seat", "bidder_0=flat_bidder?price=4", "--json", str(out)],
-        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,  # runs/ goes there
+        [
+            sys.executable,
+            "-m",
+            "market",
+            "run",
+            "single_trade",
+            "--seeds",
+            "0:2",
+            "--workers",
+            "2",
+            "--seat",
+            "bidder_0=flat_bidder?price=4",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,  # runs/ goes there
     )
     assert proc.returncode == 0, proc.stderr
     assert "flat_bidder" in proc.stdout
@@ -111,7 +143,9 @@ def broken_plugins(tmp_path: Path) -> Path:
     site = tmp_path / "site"
     info = site / "gm_broken_plugin-0.0.1.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gm-broken-plugin\nVersion: 0.0.1\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: gm-broken-plugin\nVersion: 0.0.1\n"
+    )
     (info / "entry_points.txt").write_text(BROKEN_ENTRY_POINTS)
     sys.path.insert(0, str(site))
     importlib.invalidate_caches()
@@ -119,8 +153,9 @@ def broken_plugins(tmp_path: Path) -> Path:
     sys.path.remove(str(site))
 
 
-def test_a_broken_plugin_is_listed_broken_with_its_error(broken_plugins: Path, plugin_dir: Path,
-                                                           tmp_path: Path) -> None:
+def test_a_broken_plugin_is_listed_broken_with_its_error(
+    broken_plugins: Path, plugin_dir: Path, tmp_path: Path
+) -> None:
     status = {p.name: p for p in plugin_status()}
     assert status["broken_bidder"].error is not None
     assert "ModuleNotFoundError" in status["broken_bidder"].error
@@ -131,8 +166,14 @@ def test_a_broken_plugin_is_listed_broken_with_its_error(broken_plugins: Path, p
         make_agent("broken_bidder")
     # the CLI, in a fresh interpreter that finds both distributions on PYTHONPATH
     path = os.pathsep.join([str(broken_plugins), str(plugin_dir), os.environ.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-m", "market", "agents"], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": path}, cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "market", "agents"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
     assert "BROKEN" in lines["broken_bidder"] and "gm_no_such_module" in lines["broken_bidder"]
@@ -153,8 +194,10 @@ def test_py_spec_loads_any_importable_class() -> None:
         ("", ["empty agent spec"]),
         ("no_such_agent", ["unknown agent", "truthful"]),
         ("truthful?colour=blue", ["unknown parameter 'colour'", "truthful parameters: (none)"]),
-        ("colluder?partner=bidder_1", ["unknown parameter 'partner'", "did you mean 'partners'?",
-                                       "partners, adapt, token"]),
+        (
+            "colluder?partner=bidder_1",
+            ["unknown parameter 'partner'", "did you mean 'partners'?", "partners, adapt, token"],
+        ),
         ("py:agents.scripted", ["py:package.module:ClassName"]),
         ("py:no_such_pkg.mod:Thing", ["cannot import", "no_such_pkg"]),
         ("py:agents.scripted:NoSuchClass", ["has no attribute", "NoSuchClass"]),
@@ -177,7 +220,9 @@ def test_role_is_checked() -> None:
 
 def test_spec_values_are_coerced() -> None:
     assert parse_spec("x?a=1&b=2.5&c=true&d=False&e=bidder_1,bidder_2") == (
-        "x", {"a": 1, "b": 2.5, "c": True, "d": False, "e": "bidder_1,bidder_2"})
+        "x",
+        {"a": 1, "b": 2.5, "c": True, "d": False, "e": "bidder_1,bidder_2"},
+    )
 
 
 class _Exploding(TruthfulBidder):
@@ -215,7 +260,9 @@ class _Sleepy(TruthfulBidder):
 
 
 def test_a_hanging_async_agent_times_out_and_falls_back() -> None:
-    results = run_concurrent("market_round", [0, 1], seats={"bidder_1": _Sleepy}, agent_timeout=0.05)
+    results = run_concurrent(
+        "market_round", [0, 1], seats={"bidder_1": _Sleepy}, agent_timeout=0.05
+    )
     for r in results:  # a cancelled coroutine is not left running: one timeout per bidding turn
         assert r.timeouts["bidder_1"] == len(r.round_log) and r.agent_errors["bidder_1"] == 0
         assert r.last_agent_error["bidder_1"].startswith("AgentTimeout")

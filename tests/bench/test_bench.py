@@ -17,10 +17,17 @@ from market.bench import clearing, compare, config, memory, suite, throughput
 from market.cli import main
 
 
-def _metric(name: str, value: float, direction: str = "higher", unit: str = "steps/s",
-            **extra: Any) -> dict[str, Any]:
-    return {"name": name, "value": value, "unit": unit, "direction": direction,
-            "section": name.split(".")[0], **extra}
+def _metric(
+    name: str, value: float, direction: str = "higher", unit: str = "steps/s", **extra: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "direction": direction,
+        "section": name.split(".")[0],
+        **extra,
+    }
 
 
 def _write(path: Path, metrics: list[dict[str, Any]], **top: Any) -> Path:
@@ -37,33 +44,46 @@ def _pair(tmp_path: Path, old: list[dict[str, Any]], new: list[dict[str, Any]]) 
 
 
 def test_a_25_percent_slower_throughput_is_a_regression(tmp_path: Path, capsys: Any) -> None:
-    files = _pair(tmp_path, [_metric("steps.market_round.steps_per_s", 12_000)],
-                  [_metric("steps.market_round.steps_per_s", 9_000)])
+    files = _pair(
+        tmp_path,
+        [_metric("steps.market_round.steps_per_s", 12_000)],
+        [_metric("steps.market_round.steps_per_s", 9_000)],
+    )
     assert main(["bench", "--compare", *files]) == 1
     out = capsys.readouterr().out
     assert "regression" in out and "-25.0%" in out
 
 
 def test_a_15_percent_slower_throughput_is_not_flagged(tmp_path: Path, capsys: Any) -> None:
-    files = _pair(tmp_path, [_metric("steps.market_round.steps_per_s", 10_000)],
-                  [_metric("steps.market_round.steps_per_s", 8_500)])
+    files = _pair(
+        tmp_path,
+        [_metric("steps.market_round.steps_per_s", 10_000)],
+        [_metric("steps.market_round.steps_per_s", 8_500)],
+    )
     assert main(["bench", "--compare", *files]) == 0
     assert "no regression > 20%" in capsys.readouterr().out
 
 
 def test_the_threshold_is_configurable(tmp_path: Path) -> None:
-    files = _pair(tmp_path, [_metric("steps.x.steps_per_s", 10_000)],
-                  [_metric("steps.x.steps_per_s", 8_500)])
+    files = _pair(
+        tmp_path, [_metric("steps.x.steps_per_s", 10_000)], [_metric("steps.x.steps_per_s", 8_500)]
+    )
     assert main(["bench", "--compare", *files, "--threshold", "0.1"]) == 1
     assert main(["bench", "--compare", *files, "--threshold", "0.2"]) == 0
 
 
 def test_direction_decides_what_is_worse(tmp_path: Path) -> None:
-    lower = _pair(tmp_path, [_metric("clearing.vcg.n1000.ms", 4.0, "lower", "ms")],
-                  [_metric("clearing.vcg.n1000.ms", 3.0, "lower", "ms")])
+    lower = _pair(
+        tmp_path,
+        [_metric("clearing.vcg.n1000.ms", 4.0, "lower", "ms")],
+        [_metric("clearing.vcg.n1000.ms", 3.0, "lower", "ms")],
+    )
     assert main(["bench", "--compare", *lower]) == 0  # 25% less time: an improvement
-    higher = _pair(tmp_path, [_metric("clearing.vcg.n1000.ms", 4.0, "lower", "ms")],
-                   [_metric("clearing.vcg.n1000.ms", 5.0, "lower", "ms")])
+    higher = _pair(
+        tmp_path,
+        [_metric("clearing.vcg.n1000.ms", 4.0, "lower", "ms")],
+        [_metric("clearing.vcg.n1000.ms", 5.0, "lower", "ms")],
+    )
     assert main(["bench", "--compare", *higher]) == 1  # 25% more time: a regression
     assert compare.classify(4.0, 3.0, "lower", 0.2) == (-0.25, "improved")
     assert compare.classify(4.0, 3.0, "higher", 0.2) == (-0.25, "regression")
@@ -75,22 +95,34 @@ def test_direction_decides_what_is_worse(tmp_path: Path) -> None:
 
 def test_changes_within_a_metrics_noise_floor_are_not_flagged(tmp_path: Path) -> None:
     # 0.06 -> 0.09 ms is +50% but only 0.03 ms: within the 0.1 ms floor of a small clearing
-    small = _pair(tmp_path, [_metric("clearing.vcg.n10.ms", 0.06, "lower", "ms", noise=0.1)],
-                  [_metric("clearing.vcg.n10.ms", 0.09, "lower", "ms", noise=0.1)])
+    small = _pair(
+        tmp_path,
+        [_metric("clearing.vcg.n10.ms", 0.06, "lower", "ms", noise=0.1)],
+        [_metric("clearing.vcg.n10.ms", 0.09, "lower", "ms", noise=0.1)],
+    )
     assert main(["bench", "--compare", *small]) == 0
-    big = _pair(tmp_path, [_metric("clearing.vcg.n1000.ms", 2.0, "lower", "ms", noise=0.1)],
-                [_metric("clearing.vcg.n1000.ms", 2.6, "lower", "ms", noise=0.1)])
+    big = _pair(
+        tmp_path,
+        [_metric("clearing.vcg.n1000.ms", 2.0, "lower", "ms", noise=0.1)],
+        [_metric("clearing.vcg.n1000.ms", 2.6, "lower", "ms", noise=0.1)],
+    )
     assert main(["bench", "--compare", *big]) == 1  # +0.6 ms, +30%: beyond the floor
     assert compare.classify(0.06, 0.09, "lower", 0.2, noise=0.1) == (pytest.approx(0.5), "ok")
     assert compare.classify(0.06, 0.09, "lower", 0.2)[1] == "regression"
-    bad = _pair(tmp_path, [_metric("x.ms", 1.0, "lower", "ms", noise=-1)],
-                [_metric("x.ms", 1.0, "lower", "ms")])
+    bad = _pair(
+        tmp_path,
+        [_metric("x.ms", 1.0, "lower", "ms", noise=-1)],
+        [_metric("x.ms", 1.0, "lower", "ms")],
+    )
     assert main(["bench", "--compare", *bad]) == 2
 
 
 def test_missing_metrics_are_listed_not_failures(tmp_path: Path, capsys: Any) -> None:
-    files = _pair(tmp_path, [_metric("a.x", 1.0), _metric("b.gone", 1.0)],
-                  [_metric("a.x", 1.0), _metric("c.new", 1.0)])
+    files = _pair(
+        tmp_path,
+        [_metric("a.x", 1.0), _metric("b.gone", 1.0)],
+        [_metric("a.x", 1.0), _metric("c.new", 1.0)],
+    )
     assert main(["bench", "--compare", *files]) == 0
     out = capsys.readouterr().out
     assert "only in" in out and "b.gone" in out and "c.new" in out
@@ -98,28 +130,52 @@ def test_missing_metrics_are_listed_not_failures(tmp_path: Path, capsys: Any) ->
 
 def test_values_of_different_contexts_are_not_compared(tmp_path: Path) -> None:
     old = [_metric("llm.c8.decisions_per_s", 300.0, context={"server": "fake", "latency_ms": 50})]
-    new = [_metric("llm.c8.decisions_per_s", 20.0,
-                   context={"server": "http://127.0.0.1:8080/v1", "model": "m"})]
+    new = [
+        _metric(
+            "llm.c8.decisions_per_s",
+            20.0,
+            context={"server": "http://127.0.0.1:8080/v1", "model": "m"},
+        )
+    ]
     files = _pair(tmp_path, old, new)
     assert main(["bench", "--compare", *files]) == 0
-    cmp = compare.compare_reports(compare.load_report(Path(files[0])), compare.load_report(Path(files[1])))
+    cmp = compare.compare_reports(
+        compare.load_report(Path(files[0])), compare.load_report(Path(files[1]))
+    )
     assert cmp.rows[0]["status"] == "not comparable" and not cmp.regressions
 
 
-@pytest.mark.parametrize("content, needle", [
-    (None, "cannot read"),
-    ("{not json", "not JSON"),
-    (json.dumps({"schema": config.SCHEMA}), "no 'metrics' list"),
-    (json.dumps({"schema": "other/9", "metrics": []}), "schema 'other/9'"),
-    (json.dumps({"schema": config.SCHEMA, "metrics": [{"name": "a", "value": "fast",
-                                                      "direction": "higher"}]}), "finite number"),
-    (json.dumps({"schema": config.SCHEMA, "metrics": [{"name": "a", "value": 1,
-                                                      "direction": "up"}]}), "'direction'"),
-    (json.dumps({"schema": config.SCHEMA, "metrics": [_metric("a", 1), _metric("a", 2)]}),
-     "appears twice"),
-])
-def test_bad_files_exit_2_with_one_line(tmp_path: Path, capsys: Any, content: str | None,
-                                        needle: str) -> None:
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "cannot read"),
+        ("{not json", "not JSON"),
+        (json.dumps({"schema": config.SCHEMA}), "no 'metrics' list"),
+        (json.dumps({"schema": "other/9", "metrics": []}), "schema 'other/9'"),
+        (
+            json.dumps(
+                {
+                    "schema": config.SCHEMA,
+                    "metrics": [{"name": "a", "value": "fast", "direction": "higher"}],
+                }
+            ),
+            "finite number",
+        ),
+        (
+            json.dumps(
+                {"schema": config.SCHEMA, "metrics": [{"name": "a", "value": 1, "direction": "up"}]}
+            ),
+            "'direction'",
+        ),
+        (
+            json.dumps({"schema": config.SCHEMA, "metrics": [_metric("a", 1), _metric("a", 2)]}),
+            "appears twice",
+        ),
+    ],
+)
+def test_bad_files_exit_2_with_one_line(
+    tmp_path: Path, capsys: Any, content: str | None, needle: str
+) -> None:
     bad = tmp_path / "bad.json"
     if content is not None:
         bad.write_text(content)
@@ -172,11 +228,17 @@ def test_growth_exponent_of_synthetic_timings() -> None:
 
 
 def test_targets_read_the_figures() -> None:
-    report = {"metrics": [_metric("steps.market_round.steps_per_s", 9_000.0)],
-              "details": {"clearing": {"nlogn_exponent": 1.13,
-                                       "exponents": {"vcg": 1.05, "first_price": 1.3},
-                                       "ms": {1000: {"vcg": 3.0, "first_price": 25.0}},
-                                       "env_step": {"labs": 100, "median_ms": 1.0}}}}
+    report = {
+        "metrics": [_metric("steps.market_round.steps_per_s", 9_000.0)],
+        "details": {
+            "clearing": {
+                "nlogn_exponent": 1.13,
+                "exponents": {"vcg": 1.05, "first_price": 1.3},
+                "ms": {1000: {"vcg": 3.0, "first_price": 25.0}},
+                "env_step": {"labs": 100, "median_ms": 1.0},
+            }
+        },
+    }
     ok = {t["target"].split()[0]: t["ok"] for t in suite.targets(report)}
     assert ok == {"market_round": False, "vcg": True, "first_price": False, "clear()": False}
 
@@ -192,8 +254,18 @@ def test_worker_levels() -> None:
 
 def test_quick_run_writes_the_json_schema(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
-    code = main(["bench", "--quick", "--only", "steps,clearing,transcript",
-                 "--scenario", "single_trade", "--json", str(out)])
+    code = main(
+        [
+            "bench",
+            "--quick",
+            "--only",
+            "steps,clearing,transcript",
+            "--scenario",
+            "single_trade",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     report = compare.load_report(out)  # the loader's checks pass on our own output
     machine = report["machine"]
@@ -203,8 +275,10 @@ def test_quick_run_writes_the_json_schema(tmp_path: Path) -> None:
     assert report["skipped"] == {}
     names = {m["name"] for m in report["metrics"]}
     assert "steps.single_trade.steps_per_s" in names
-    assert {f"clearing.{a}.exponent" for a in ("first_price", "second_price", "vcg",
-                                               "fair_share", "posted_price")} <= names
+    assert {
+        f"clearing.{a}.exponent"
+        for a in ("first_price", "second_price", "vcg", "fair_share", "posted_price")
+    } <= names
     assert "clearing.vcg.n1000.ms" in names
     assert "transcript.market_round.digest_1.overhead_pct" in names
     for m in report["metrics"]:
@@ -225,8 +299,9 @@ def test_env_memory_counts_the_envs() -> None:
 
 def test_ray_missing_is_a_skip_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
     report = suite.run_suite(config.quick_config(), ["ray"])
     assert "not installed" in report["skipped"]["ray"] and report["metrics"] == []
 

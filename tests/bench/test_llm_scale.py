@@ -54,16 +54,23 @@ def spec(srv: FakeOpenAIServer, extra: str = "") -> str:
 # --- the pool's limits -----------------------------------------------------------------------
 
 
-def _load(pool: ClientPool, servers: list[FakeOpenAIServer], per_server: int, observations: list[Any]) -> int:
+def _load(
+    pool: ClientPool, servers: list[FakeOpenAIServer], per_server: int, observations: list[Any]
+) -> int:
     """``per_server`` agents per server, each with its own backend, deciding at once; returns
     how many distinct clients the pool built."""
-    agents = [LLMAgent(backend(srv, max_retries=0), limiter=pool, retries=0)
-              for srv in servers for _ in range(per_server)]
+    agents = [
+        LLMAgent(backend(srv, max_retries=0), limiter=pool, retries=0)
+        for srv in servers
+        for _ in range(per_server)
+    ]
     for i, agent in enumerate(agents):
         agent.reset(i)
 
     async def main() -> int:
-        await asyncio.gather(*(a.aact(observations[i % len(observations)]) for i, a in enumerate(agents)))
+        await asyncio.gather(
+            *(a.aact(observations[i % len(observations)]) for i, a in enumerate(agents))
+        )
         clients = len(next(iter(pool._clients.values())))
         await pool.aclose()
         return clients
@@ -123,14 +130,22 @@ def _decide(agent: LLMAgent, obs: Any, use_async: bool) -> Any:
 
 @pytest.mark.parametrize("use_async", [False, True])
 def test_rate_limits_and_server_errors_are_retried_honouring_retry_after(
-        server: FakeOpenAIServer, observations: list[Any], use_async: bool) -> None:
-    server.script(Reply(status=429, retry=True, headers={"Retry-After": "0.6"}),
-                  Reply(status=503, retry=True), Reply(status=500, retry=True))
+    server: FakeOpenAIServer, observations: list[Any], use_async: bool
+) -> None:
+    server.script(
+        Reply(status=429, retry=True, headers={"Retry-After": "0.6"}),
+        Reply(status=503, retry=True),
+        Reply(status=500, retry=True),
+    )
     agent = LLMAgent(backend(server), retries=0)
     _decide(agent, observations[1], use_async)
     assert [r.status for r in server.requests] == [429, 503, 500, 200]
     s = agent.stats
-    assert (s["retries_rate_limited"], s["retries_server_error"], s["retries_connection"]) == (1, 2, 0)
+    assert (s["retries_rate_limited"], s["retries_server_error"], s["retries_connection"]) == (
+        1,
+        2,
+        0,
+    )
     assert (s["requests"], s["backend_errors"], s["fallbacks"]) == (1, 0, 0)  # one call, answered
     # the first retry came no sooner than Retry-After (loose: only a lower bound)
     assert server.requests[1].at - server.requests[0].at >= 0.55
@@ -139,9 +154,12 @@ def test_rate_limits_and_server_errors_are_retried_honouring_retry_after(
 
 
 @pytest.mark.parametrize("use_async", [False, True])
-def test_a_permanent_4xx_is_not_retried(server: FakeOpenAIServer, observations: list[Any],
-                                        use_async: bool) -> None:
-    server.script(Reply(status=400, retry=True, error="bad request"))  # even if the header says retry
+def test_a_permanent_4xx_is_not_retried(
+    server: FakeOpenAIServer, observations: list[Any], use_async: bool
+) -> None:
+    server.script(
+        Reply(status=400, retry=True, error="bad request")
+    )  # even if the header says retry
     agent = LLMAgent(backend(server), retries=0)
     _decide(agent, observations[1], use_async)
     assert [r.status for r in server.requests] == [400]
@@ -165,7 +183,9 @@ def test_attempts_and_total_wait_are_bounded(server: FakeOpenAIServer) -> None:
         backend(server, max_retries=2).complete(messages, None, {})
     assert len(server.requests) == 3
     server.script(Reply(status=429, retry=True, headers={"Retry-After": "30"}))
-    with pytest.raises(BackendError, match=r"rate limited.*Retry-After 30s would exceed max_retry_wait=1s"):
+    with pytest.raises(
+        BackendError, match=r"rate limited.*Retry-After 30s would exceed max_retry_wait=1s"
+    ):
         asyncio.run(backend(server, max_retry_wait=1).acomplete(messages, None, {}))
     assert len(server.requests) == 4  # gave up at once instead of sleeping 30 s
     with pytest.raises(ValueError, match="cannot be negative"):
@@ -175,8 +195,17 @@ def test_attempts_and_total_wait_are_bounded(server: FakeOpenAIServer) -> None:
 def test_connection_failures_are_retried_and_counted() -> None:
     with FakeOpenAIServer() as gone:
         dead_url = gone.base_url
-    agent = LLMAgent(OpenAIBackend("fake-model", base_url=dead_url, api_key_env=KEY_ENV, max_retries=2,
-                                   backoff_base=0.01, timeout=2), retries=0)
+    agent = LLMAgent(
+        OpenAIBackend(
+            "fake-model",
+            base_url=dead_url,
+            api_key_env=KEY_ENV,
+            max_retries=2,
+            backoff_base=0.01,
+            timeout=2,
+        ),
+        retries=0,
+    )
     agent.reset(0)
     asyncio.run(agent.aact(bench_observations(2)[1]))
     assert agent.stats["retries_connection"] == 2 and agent.stats["backend_errors"] == 1
@@ -214,8 +243,14 @@ def test_async_path_gives_the_process_pool_rows(tmp_path: Path) -> None:
     seeds = list(range(6))
     with FakeOpenAIServer(latency=0.01) as srv:
         seats = {"designer_0": spec(srv), "bidder_0": spec(srv)}
-        summary = run_scenario("market_round", seeds, seats, tmp_path / "async", progress=False,
-                               llm={"max_in_flight": 4, "max_episodes": 6})
+        summary = run_scenario(
+            "market_round",
+            seeds,
+            seats,
+            tmp_path / "async",
+            progress=False,
+            llm={"max_in_flight": 4, "max_episodes": 6},
+        )
         # the process pool's worker function, in real worker processes, on the same jobs
         jobs = [(summary.scenario, s, summary.seats, None, 1, summary.config_hash) for s in seeds]
         with multiprocessing.get_context().Pool(2) as procs:
@@ -232,11 +267,17 @@ def test_async_path_gives_the_process_pool_rows(tmp_path: Path) -> None:
 def test_many_episodes_share_the_pool_concurrently(tmp_path: Path) -> None:
     with FakeOpenAIServer(latency=0.05) as srv:
         seats = {"designer_0": spec(srv), "bidder_0": spec(srv)}
-        summary = run_scenario("market_round", [0], seats, tmp_path / "probe", progress=False,
-                               transcripts=False)  # resolves seats and config for the jobs
-        jobs = [(0, (summary.scenario, s, summary.seats, None, 1, summary.config_hash)) for s in range(8)]
+        summary = run_scenario(
+            "market_round", [0], seats, tmp_path / "probe", progress=False, transcripts=False
+        )  # resolves seats and config for the jobs
+        jobs = [
+            (0, (summary.scenario, s, summary.seats, None, 1, summary.config_hash))
+            for s in range(8)
+        ]
         seen: list[int] = []
-        outcome = run_jobs_async(jobs, lambda i, out: seen.append(out[0]), max_in_flight=4, max_episodes=8)
+        outcome = run_jobs_async(
+            jobs, lambda i, out: seen.append(out[0]), max_in_flight=4, max_episodes=8
+        )
     assert sorted(seen) == list(range(8)) and outcome.finished == 8 and outcome.not_started == 0
     assert outcome.peak_episodes == 8
     assert outcome.pool["peak_in_flight"] == 4  # eight episodes kept four requests in flight
@@ -249,8 +290,15 @@ def test_budget_stops_starting_episodes_and_resume_plays_the_rest(tmp_path: Path
     with FakeOpenAIServer() as srv:
         seats = {"bidder_0": spec(srv)}
         budget = Budget(max_tokens=1)  # spent by the first completion
-        first = run_scenario("market_round", seeds, seats, out, progress=False, transcripts=False,
-                             llm={"max_episodes": 2, "budget": budget})
+        first = run_scenario(
+            "market_round",
+            seeds,
+            seats,
+            out,
+            progress=False,
+            transcripts=False,
+            llm={"max_episodes": 2, "budget": budget},
+        )
         # the two episodes in flight finished and were kept; nothing else started
         assert len(first.played) == 2 and not first.complete and not first.failed
         assert len(read_results(out)) == 2 * len(first.seats)
@@ -261,8 +309,15 @@ def test_budget_stops_starting_episodes_and_resume_plays_the_rest(tmp_path: Path
         assert "of the limit 1 tokens" in message
         assert "2 episode(s) finished, 4 not started" in message
         bigger = Budget(max_tokens=10**9)
-        second = run_scenario("market_round", seeds, seats, out, progress=False, transcripts=False,
-                              llm={"budget": bigger})
+        second = run_scenario(
+            "market_round",
+            seeds,
+            seats,
+            out,
+            progress=False,
+            transcripts=False,
+            llm={"budget": bigger},
+        )
     assert second.complete and sorted(second.played) == sorted(set(seeds) - set(first.played))
     assert not bigger.stopped and "not started" not in bigger.message()
     assert len(read_results(out)) == len(seeds) * len(first.seats)
@@ -271,27 +326,56 @@ def test_budget_stops_starting_episodes_and_resume_plays_the_rest(tmp_path: Path
 def test_cost_budget_prices_tokens_and_needs_a_price(tmp_path: Path) -> None:
     with FakeOpenAIServer() as srv:
         seats = {"bidder_0": spec(srv)}
-        with pytest.raises(RunConfigError, match="no price for fake-model.*--price fake-model=IN,OUT"):
-            run_scenario("market_round", [0], seats, tmp_path / "a", progress=False,
-                         llm={"budget": Budget(max_cost_usd=1.0)})
+        with pytest.raises(
+            RunConfigError, match="no price for fake-model.*--price fake-model=IN,OUT"
+        ):
+            run_scenario(
+                "market_round",
+                [0],
+                seats,
+                tmp_path / "a",
+                progress=False,
+                llm={"budget": Budget(max_cost_usd=1.0)},
+            )
         budget = Budget(max_cost_usd=1e-9, prices={"fake": (2.0, 8.0)})  # a prefix of fake-model
-        summary = run_scenario("market_round", [0, 1, 2], seats, tmp_path / "b", progress=False,
-                               transcripts=False, llm={"max_episodes": 1, "budget": budget})
+        summary = run_scenario(
+            "market_round",
+            [0, 1, 2],
+            seats,
+            tmp_path / "b",
+            progress=False,
+            transcripts=False,
+            llm={"max_episodes": 1, "budget": budget},
+        )
     assert len(summary.played) == 1 and budget.stopped and budget.unpriced == set()
     expected = (budget.prompt_tokens * 2.0 + budget.completion_tokens * 8.0) / 1e6
     assert budget.cost_usd == pytest.approx(expected) and expected > 0
     assert f"${budget.cost_usd:.4f} of the limit $1e-09" in budget.message()
 
 
-def test_cli_budget_message_and_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_budget_message_and_bad_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from market.cli import main
 
     with FakeOpenAIServer() as srv:
-        base = ["run", "market_round", "--seeds", "0:3", "--seat", f"bidder_0={spec(srv)}",
-                "--out", str(tmp_path), "--no-progress", "--no-transcripts"]
+        base = [
+            "run",
+            "market_round",
+            "--seeds",
+            "0:3",
+            "--seat",
+            f"bidder_0={spec(srv)}",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--no-transcripts",
+        ]
         assert main([*base, "--budget-tokens", "1", "--episodes-in-flight", "1"]) == 0
         err = capsys.readouterr().err
-        assert "gpumarket run: budget spent:" in err and "1 episode(s) finished, 2 not started" in err
+        assert (
+            "gpumarket run: budget spent:" in err and "1 episode(s) finished, 2 not started" in err
+        )
         assert main(base) == 0  # resume without a budget
         assert "2 played now" in capsys.readouterr().out
         base[base.index(str(tmp_path))] = str(tmp_path / "other")  # a folder with seeds to play
@@ -307,11 +391,14 @@ def test_cli_budget_message_and_bad_flags(tmp_path: Path, capsys: pytest.Capture
 def test_ctrl_c_cancels_episodes_in_flight_and_keeps_finished_ones(tmp_path: Path) -> None:
     with FakeOpenAIServer(latency=0.02) as srv:
         seats = {"bidder_0": spec(srv)}
-        summary = run_scenario("market_round", [0], seats, tmp_path / "probe", progress=False,
-                               transcripts=False)
+        summary = run_scenario(
+            "market_round", [0], seats, tmp_path / "probe", progress=False, transcripts=False
+        )
         tdir = tmp_path / "transcripts"
-        jobs = [(0, (summary.scenario, s, summary.seats, str(tdir), 1, summary.config_hash))
-                for s in range(6)]
+        jobs = [
+            (0, (summary.scenario, s, summary.seats, str(tdir), 1, summary.config_hash))
+            for s in range(6)
+        ]
         kept: list[int] = []
 
         def finished(index: int, outcome: Any) -> None:
@@ -328,14 +415,30 @@ def test_ctrl_c_cancels_episodes_in_flight_and_keeps_finished_ones(tmp_path: Pat
     # happened to finish in the same instant)
 
 
-def test_eval_takes_the_pool_and_budget_flags(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_takes_the_pool_and_budget_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from market.cli import main
 
     with FakeOpenAIServer() as srv:
-        code = main(["eval", "--agents", spec(srv), "--scenarios", "single_trade", "--seeds", "0:3",
-                     "--budget-tokens", "1", "--episodes-in-flight", "1", "--out", str(tmp_path),
-                     "--no-progress"])
+        code = main(
+            [
+                "eval",
+                "--agents",
+                spec(srv),
+                "--scenarios",
+                "single_trade",
+                "--seeds",
+                "0:3",
+                "--budget-tokens",
+                "1",
+                "--episodes-in-flight",
+                "1",
+                "--out",
+                str(tmp_path),
+                "--no-progress",
+            ]
+        )
     err = capsys.readouterr().err
     assert code == 0, err
     assert "gpumarket eval: budget spent:" in err and "1 episode(s) finished, 2 not started" in err
@@ -357,9 +460,23 @@ def test_the_llm_benchmark_spawns_the_packaged_test_double_from_any_folder(tmp_p
 
     assert Path(market.__file__).parent in Path(double.__file__).parents  # inside the package
     proc = subprocess.run(
-        [sys.executable, "-m", "market.bench.llm", "--spawn-fake", "--latency-ms", "0",
-         "--concurrency", "2", "--decisions", "6"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "market.bench.llm",
+            "--spawn-fake",
+            "--latency-ms",
+            "0",
+            "--concurrency",
+            "2",
+            "--decisions",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["decisions"]
     assert [r["concurrency"] for r in rows] == [2] and rows[0]["decisions"] == 6

@@ -510,8 +510,9 @@ def test_rank_order_packs_the_tie_breaks_exactly(seed: int) -> None:
     priority = rng.integers(0, 4, size=n)  # many bidders share a priority
     book = _validate(bids, 10, 1.0, priority)
     rows, cols, values = _ranked_units(book)
-    expected = sorted((-bids[i, k], priority[i], k, i) for i in range(n) for k in range(m)
-                       if bids[i, k] >= 1.0)
+    expected = sorted(
+        (-bids[i, k], priority[i], k, i) for i in range(n) for k in range(m) if bids[i, k] >= 1.0
+    )
     assert [(-v, priority[r], c, r) for r, c, v in zip(rows, cols, values, strict=True)] == expected
 
 
@@ -521,8 +522,12 @@ def test_value_then_tie_order_matches_a_two_key_sort(kind: str) -> None:
 
     rng = np.random.default_rng(3)
     size = 1 if kind == "single" else 5000
-    values = {"continuous": rng.uniform(0, 100, size), "few_values": rng.integers(0, 3, size) * 1.5,
-              "all_equal": np.full(size, 7.0), "single": np.array([2.0])}[kind]
+    values = {
+        "continuous": rng.uniform(0, 100, size),
+        "few_values": rng.integers(0, 3, size) * 1.5,
+        "all_equal": np.full(size, 7.0),
+        "single": np.array([2.0]),
+    }[kind]
     tie = rng.permutation(10 * size)[:size].astype(np.int64)  # unique, not a permutation of 0..n
     order = _by_value_then_tie(values, tie)
     assert np.array_equal(order, np.lexsort((tie, -values)))

@@ -31,10 +31,14 @@ def bits(x: float) -> str:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(values, st.integers(1, 6)), min_size=1, max_size=40),
-       st.integers(0, 120), st.randoms(use_true_random=False))
-def test_optimal_welfare_is_exact_and_order_free(jobs: list[tuple[float, int]], blocks: int,
-                                                  shuffle) -> None:
+@given(
+    st.lists(st.tuples(values, st.integers(1, 6)), min_size=1, max_size=40),
+    st.integers(0, 120),
+    st.randoms(use_true_random=False),
+)
+def test_optimal_welfare_is_exact_and_order_free(
+    jobs: list[tuple[float, int]], blocks: int, shuffle
+) -> None:
     uv = np.array([v for v, _ in jobs])
     rem = np.array([n for _, n in jobs], dtype=np.int64)
     # the textbook rule: the ``blocks`` best units, summed exactly
@@ -58,8 +62,9 @@ def test_gini_and_bid_distribution_are_order_free(xs: list[float], shuffle) -> N
     # against the textbook definitions (to float tolerance: these are independent formulas)
     n = len(xs)
     mean_abs_diff = sum(abs(x - y) for x in xs for y in xs) / (n * n)
-    assert math.isclose(gini(np.array(xs)), mean_abs_diff / (2 * (sum(xs) / n)), rel_tol=1e-9,
-                        abs_tol=1e-12)
+    assert math.isclose(
+        gini(np.array(xs)), mean_abs_diff / (2 * (sum(xs) / n)), rel_tol=1e-9, abs_tol=1e-12
+    )
     assert math.isclose(a["mean"], float(np.mean(xs)), rel_tol=1e-12)
     assert math.isclose(a["std"], float(np.std(xs)), rel_tol=1e-9, abs_tol=1e-12)
     assert a["median"] == float(np.median(xs))
@@ -75,11 +80,16 @@ schedule = st.lists(values, min_size=0, max_size=5).map(lambda b: sorted(b, reve
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(schedule, min_size=1, max_size=12), st.integers(0, 30), values,
-       st.sampled_from([a for a in AUCTION_TYPES if a != "posted_price"]),
-       st.randoms(use_true_random=False))
-def test_clearing_is_the_same_for_any_row_order(rows: list[list[float]], capacity: int,
-                                                 reserve: float, auction: str, shuffle) -> None:
+@given(
+    st.lists(schedule, min_size=1, max_size=12),
+    st.integers(0, 30),
+    values,
+    st.sampled_from([a for a in AUCTION_TYPES if a != "posted_price"]),
+    st.randoms(use_true_random=False),
+)
+def test_clearing_is_the_same_for_any_row_order(
+    rows: list[list[float]], capacity: int, reserve: float, auction: str, shuffle
+) -> None:
     """Relabelling bidders (rows and their tie-break priorities together) changes nothing.
 
     posted_price is left out: its lottery draws keys bidder by bidder in row order by rule.
@@ -93,8 +103,9 @@ def test_clearing_is_the_same_for_any_row_order(rows: list[list[float]], capacit
     base = clear(matrix, capacity, auction, reserve / 10, priority, np.random.default_rng(0))
     order = list(range(n))
     shuffle.shuffle(order)
-    moved = clear(matrix[order], capacity, auction, reserve / 10, priority[order],
-                  np.random.default_rng(0))
+    moved = clear(
+        matrix[order], capacity, auction, reserve / 10, priority[order], np.random.default_rng(0)
+    )
     assert bits(moved.price) == bits(base.price)
     for new, old in enumerate(order):
         assert moved.alloc[new] == base.alloc[old]
@@ -111,29 +122,56 @@ def _round_state(seed: int):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 10_000), st.sampled_from([a for a in AUCTION_TYPES if a != "posted_price"]),
-       st.randoms(use_true_random=False))
-def test_settlement_gives_identical_bits_for_any_entry_order(seed: int, auction: str,
-                                                             shuffle) -> None:
+@given(
+    st.integers(0, 10_000),
+    st.sampled_from([a for a in AUCTION_TYPES if a != "posted_price"]),
+    st.randoms(use_true_random=False),
+)
+def test_settlement_gives_identical_bits_for_any_entry_order(
+    seed: int, auction: str, shuffle
+) -> None:
     """clear_round: same bids listed in another order -> identical payments, budgets, revenue."""
     env = _round_state(seed)
     rng = np.random.default_rng(seed)
     n = len(env.world.labs)
-    entries = [BidEntry(i, sorted((rng.uniform(0.5, 40.0, size=rng.integers(1, 5))).round(7).tolist(),
-                                  reverse=True)) for i in range(n)]
+    entries = [
+        BidEntry(
+            i,
+            sorted(
+                (rng.uniform(0.5, 40.0, size=rng.integers(1, 5))).round(7).tolist(), reverse=True
+            ),
+        )
+        for i in range(n)
+    ]
     mechanism = Mechanism(auction_type=auction, reserve_price=2.0, shill_penalty=1.5)
     priority = np.random.default_rng(seed + 1).permutation(n)
 
     def settle(order: list[int]):
         world, book = copy.deepcopy(env.world), copy.deepcopy(env.book)
         coalitions, graph = copy.deepcopy(env.coalitions), copy.deepcopy(env.graph)
-        result = clear_round(world, book, coalitions, graph, [entries[k] for k in order], mechanism,
-                             0, priority, np.random.default_rng(7))
+        result = clear_round(
+            world,
+            book,
+            coalitions,
+            graph,
+            [entries[k] for k in order],
+            mechanism,
+            0,
+            priority,
+            np.random.default_rng(7),
+        )
         budgets = [bits(lab.budget) for lab in world.labs]
-        return (bits(result.price), bits(result.revenue), result.sold,
-                sorted((k, bits(v)) for k, v in result.paid.items()), sorted(result.won.items()),
-                sorted((k, bits(v)) for k, v in result.shill.items()), budgets,
-                bits(world.operator_credits), world.holdings.tolist())
+        return (
+            bits(result.price),
+            bits(result.revenue),
+            result.sold,
+            sorted((k, bits(v)) for k, v in result.paid.items()),
+            sorted(result.won.items()),
+            sorted((k, bits(v)) for k, v in result.shill.items()),
+            budgets,
+            bits(world.operator_credits),
+            world.holdings.tolist(),
+        )
 
     order = list(range(n))
     base = settle(order)
@@ -142,8 +180,17 @@ def test_settlement_gives_identical_bits_for_any_entry_order(seed: int, auction:
     # and the money adds up: every credit a lab paid reached the operator
     world = copy.deepcopy(env.world)
     before = math.fsum(lab.budget for lab in world.labs) + world.operator_credits
-    clear_round(world, copy.deepcopy(env.book), copy.deepcopy(env.coalitions),
-                copy.deepcopy(env.graph), entries, mechanism, 0, priority, np.random.default_rng(7))
+    clear_round(
+        world,
+        copy.deepcopy(env.book),
+        copy.deepcopy(env.coalitions),
+        copy.deepcopy(env.graph),
+        entries,
+        mechanism,
+        0,
+        priority,
+        np.random.default_rng(7),
+    )
     after = math.fsum(lab.budget for lab in world.labs) + world.operator_credits
     assert math.isclose(before, after, rel_tol=0, abs_tol=1e-6)
 
@@ -158,8 +205,9 @@ def test_vcg_payments_do_not_depend_on_row_numbers() -> None:
     priority = np.arange(len(rows))
     base = clear(matrix, 2, "vcg", 0.1, priority, np.random.default_rng(0))
     for order in permutations(range(len(rows))):
-        moved = clear(matrix[list(order)], 2, "vcg", 0.1, priority[list(order)],
-                      np.random.default_rng(0))
+        moved = clear(
+            matrix[list(order)], 2, "vcg", 0.1, priority[list(order)], np.random.default_rng(0)
+        )
         for new, old in enumerate(order):
             assert bits(moved.payments[new]) == bits(base.payments[old])
     # by hand: bidder 0 wins one 12.0 (tie broken by priority 0), bidder 1 wins its 12.0; each

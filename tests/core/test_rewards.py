@@ -42,19 +42,40 @@ TALK = 0.01
 
 
 def tiny_world(env) -> None:
-    craft(env, budgets=[100.0, 100.0], holdings={(1, 0): 1},
-          jobs={0: [job(0, size=2, value=60.0, deadline=0, job_id="a", partial=True)],
-                1: [job(1, size=3, value=60.0, deadline=0, job_id="b", partial=True)]})
+    craft(
+        env,
+        budgets=[100.0, 100.0],
+        holdings={(1, 0): 1},
+        jobs={
+            0: [job(0, size=2, value=60.0, deadline=0, job_id="a", partial=True)],
+            1: [job(1, size=3, value=60.0, deadline=0, job_id="b", partial=True)],
+        },
+    )
 
 
 def tiny_episode(bid0: list[float] | None):
-    env = make_env(designer_seat=True, capacity__blocks=[3, 3], mechanism__reserve_price=4.0,
-                   rewards__talk_cost=TALK, rewards__value_unit=100.0)
-    b0 = ScriptedAgent({(0, "negotiation", 1): lambda o: AcceptOffer(offer_id=o.offers_received[0].offer_id),
-                        **({(0, "bidding"): Bid(bids=bid0)} if bid0 is not None else {})})
-    b1 = ScriptedAgent({(0, "negotiation", 0): SendOffer(to="bidder_0", side="sell", blocks=1, price=22.0),
-                        (0, "bidding"): Bid(bids=[20.0, 20.0, 20.0])})
-    ep = run_episode(env, {"designer_0": WaitAgent(), "bidder_0": b0, "bidder_1": b1}, setup=tiny_world)
+    env = make_env(
+        designer_seat=True,
+        capacity__blocks=[3, 3],
+        mechanism__reserve_price=4.0,
+        rewards__talk_cost=TALK,
+        rewards__value_unit=100.0,
+    )
+    b0 = ScriptedAgent(
+        {
+            (0, "negotiation", 1): lambda o: AcceptOffer(offer_id=o.offers_received[0].offer_id),
+            **({(0, "bidding"): Bid(bids=bid0)} if bid0 is not None else {}),
+        }
+    )
+    b1 = ScriptedAgent(
+        {
+            (0, "negotiation", 0): SendOffer(to="bidder_0", side="sell", blocks=1, price=22.0),
+            (0, "bidding"): Bid(bids=[20.0, 20.0, 20.0]),
+        }
+    )
+    ep = run_episode(
+        env, {"designer_0": WaitAgent(), "bidder_0": b0, "bidder_1": b1}, setup=tiny_world
+    )
     assert not errors(ep)
     return env, ep
 
@@ -66,7 +87,8 @@ def test_lab_reward_decomposition_by_hand() -> None:
     assert log["price"] == 15.0
     assert ep.components["bidder_0"] == pytest.approx({"trade_balance": -0.22, "job_value": 0.30})
     assert ep.components["bidder_1"] == pytest.approx(
-        {"trade_balance": 0.22, "talk_cost": -0.01, "auction_payments": -0.45, "job_value": 0.60})
+        {"trade_balance": 0.22, "talk_cost": -0.01, "auction_payments": -0.45, "job_value": 0.60}
+    )
     assert ep.returns["bidder_0"] == pytest.approx(0.08)
     assert ep.returns["bidder_1"] == pytest.approx(0.36)
     # credits really moved as the rewards say
@@ -105,11 +127,16 @@ def test_participation_counts_only_labs_that_bid() -> None:
 def test_stability_follows_the_clearing_price() -> None:
     # Two rounds without jobs (welfare_ratio 1, fairness 1): the price moves 15 -> 10,
     # stability of round 1 = 1 - |10 - 15| / 15 = 2/3 = its composite.
-    env = make_env(rounds=2, designer_seat=True, capacity__blocks=[3, 3], mechanism__reserve_price=0.0)
+    env = make_env(
+        rounds=2, designer_seat=True, capacity__blocks=[3, 3], mechanism__reserve_price=0.0
+    )
     b0 = ScriptedAgent({(0, "bidding"): Bid(bids=[15.0]), (1, "bidding"): Bid(bids=[10.0])})
     b1 = ScriptedAgent({(r, "bidding"): Bid(bids=[20.0, 20.0, 20.0]) for r in range(2)})
-    ep = run_episode(env, {"designer_0": WaitAgent(), "bidder_0": b0, "bidder_1": b1},
-                     setup=lambda e: craft(e, budgets=[1000.0, 1000.0], jobs={}, holdings={}))
+    ep = run_episode(
+        env,
+        {"designer_0": WaitAgent(), "bidder_0": b0, "bidder_1": b1},
+        setup=lambda e: craft(e, budgets=[1000.0, 1000.0], jobs={}, holdings={}),
+    )
     assert [log["price"] for log in env.round_log] == [15.0, 10.0]
     assert env.round_log[0]["designer"]["stability"] == 1.0
     assert env.round_log[1]["designer"]["stability"] == pytest.approx(2.0 / 3.0)
@@ -123,7 +150,9 @@ def test_returns_are_the_sum_of_their_components(scenario: str) -> None:
     for seed in range(3):
         ep = run_episode(env, population(env, default="random_valid", designer="random"), seed=seed)
         for seat in env.possible_agents:
-            assert ep.returns[seat] == pytest.approx(sum(ep.components.get(seat, {}).values()), abs=1e-9)
+            assert ep.returns[seat] == pytest.approx(
+                sum(ep.components.get(seat, {}).values()), abs=1e-9
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,9 +187,15 @@ def test_optimal_welfare_hand_values() -> None:
 def test_designer_composite_hand_values() -> None:
     w1 = {"welfare_ratio": 1.0, "fairness": 1.0, "participation": 1.0, "stability": 1.0}
     assert designer_composite(0.9, 5 / 6, 1.0, 1.0, w1) == pytest.approx(0.75)
-    assert designer_composite(0.9, 5 / 6, 1.0, 1.0, {**w1, "welfare_ratio": 2.0}) == pytest.approx(0.81 * 5 / 6)
-    assert designer_composite(0.9, 5 / 6, 0.5, 1.0, w1, revenue_norm=0.2, revenue_weight=0.5) == pytest.approx(0.475)
-    assert designer_composite(0.9, 1.0, 1.0, 1.0, {**w1, "welfare_ratio": 0.0}) == pytest.approx(1.0)
+    assert designer_composite(0.9, 5 / 6, 1.0, 1.0, {**w1, "welfare_ratio": 2.0}) == pytest.approx(
+        0.81 * 5 / 6
+    )
+    assert designer_composite(
+        0.9, 5 / 6, 0.5, 1.0, w1, revenue_norm=0.2, revenue_weight=0.5
+    ) == pytest.approx(0.475)
+    assert designer_composite(0.9, 1.0, 1.0, 1.0, {**w1, "welfare_ratio": 0.0}) == pytest.approx(
+        1.0
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,10 +218,18 @@ def _scenario_params():
 def test_spam_never_beats_waiting(scenario: str) -> None:
     env = market.raw_env(scenario)
     for seat in ("bidder_0", "bidder_1"):
-        waiting = [run_episode(env, population(env, **{seat: WaitAgent()}), seed=s).returns[seat] for s in SEEDS]
+        waiting = [
+            run_episode(env, population(env, **{seat: WaitAgent()}), seed=s).returns[seat]
+            for s in SEEDS
+        ]
         for spam in SPAMMERS:
-            spamming = [run_episode(env, population(env, **{seat: spam}), seed=s).returns[seat] for s in SEEDS]
+            spamming = [
+                run_episode(env, population(env, **{seat: spam}), seed=s).returns[seat]
+                for s in SEEDS
+            ]
             for seed, (got, base) in enumerate(zip(spamming, waiting, strict=True)):
-                assert got <= base + 1e-9, f"{spam} in {seat} beat waiting on seed {seed}: {got} > {base}"
+                assert got <= base + 1e-9, (
+                    f"{spam} in {seat} beat waiting on seed {seed}: {got} > {base}"
+                )
             # every spam turn costs at least the talk cost, so on average it does strictly worse
             assert np.mean(spamming) < np.mean(waiting) - 0.5 * env.scenario.rewards.talk_cost, spam

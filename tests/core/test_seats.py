@@ -16,8 +16,9 @@ def test_round_trip_and_order() -> None:
     assert sorted(seats, key=seat_order) == ["designer_0", "bidder_0", "bidder_2", "bidder_10"]
 
 
-@pytest.mark.parametrize("bad", ["bidder_", "bidder_01", "bidder_-1", "designer_0", "Bidder_1",
-                                 "bidder_1 ", 3, None])
+@pytest.mark.parametrize(
+    "bad", ["bidder_", "bidder_01", "bidder_-1", "designer_0", "Bidder_1", "bidder_1 ", 3, None]
+)
 def test_malformed_names_are_refused(bad: object) -> None:
     assert not is_bidder_seat(bad)
     with pytest.raises(ValueError, match="not a bidder seat"):

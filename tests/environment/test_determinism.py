@@ -17,10 +17,14 @@ from support import FinishAgent, WaitAgent, make_env, population, run_episode
 import market
 
 
-def episode_record(scenario: str, seed: int, bidders: str | dict, designer: str = "random", env=None):
+def episode_record(
+    scenario: str, seed: int, bidders: str | dict, designer: str = "random", env=None
+):
     env = env or market.raw_env(scenario)
     seats = bidders if isinstance(bidders, dict) else {}
-    agents = population(env, default=bidders if isinstance(bidders, str) else "truthful", designer=designer, **seats)
+    agents = population(
+        env, default=bidders if isinstance(bidders, str) else "truthful", designer=designer, **seats
+    )
     ep = run_episode(env, agents, seed=seed)
     return env, ep
 
@@ -29,9 +33,25 @@ def world_signature(env) -> dict:
     """What must not depend on the agents: the drawn world and the shock schedule."""
     w = env.world
     return {
-        "shocks": [(s.kind, s.round, s.duration, s.magnitude, s.target, s.public) for s in env.shocks],
-        "jobs": [[(j.job_id, j.owner, j.size, j.value, j.arrival, j.deadline, j.partial_credit, j.min_reliability)
-                  for j in lab.jobs] for lab in w.labs],
+        "shocks": [
+            (s.kind, s.round, s.duration, s.magnitude, s.target, s.public) for s in env.shocks
+        ],
+        "jobs": [
+            [
+                (
+                    j.job_id,
+                    j.owner,
+                    j.size,
+                    j.value,
+                    j.arrival,
+                    j.deadline,
+                    j.partial_credit,
+                    j.min_reliability,
+                )
+                for j in lab.jobs
+            ]
+            for lab in w.labs
+        ],
         "capacity": w.capacity.tolist(),
         "base_capacity": w.base_capacity.tolist(),
         "reliability": w.reliability.tolist(),
@@ -42,16 +62,26 @@ def world_signature(env) -> dict:
 
 def canonical(ep, env) -> str:
     """The whole observable episode as one string (exact floats)."""
-    return json.dumps({
-        "round_log": env.round_log,
-        "returns": ep.returns,
-        "components": ep.components,
-        "steps": ep.steps,
-    }, sort_keys=True, default=repr)
+    return json.dumps(
+        {
+            "round_log": env.round_log,
+            "returns": ep.returns,
+            "components": ep.components,
+            "steps": ep.steps,
+        },
+        sort_keys=True,
+        default=repr,
+    )
 
 
-MIXED = {"bidder_0": "random_valid", "bidder_1": "truthful", "bidder_2": "spam_coalitions",
-         "bidder_3": "random_valid", "bidder_4": "always_accept", "bidder_5": "spam_offers"}
+MIXED = {
+    "bidder_0": "random_valid",
+    "bidder_1": "truthful",
+    "bidder_2": "spam_coalitions",
+    "bidder_3": "random_valid",
+    "bidder_4": "always_accept",
+    "bidder_5": "spam_offers",
+}
 
 
 @pytest.mark.parametrize("scenario", ["coalition_market", "market_round"])
@@ -70,10 +100,22 @@ def test_same_seed_same_agents_same_episode(scenario: str) -> None:
 POPULATIONS = {
     "truthful": "truthful",
     "random_valid": "random_valid",
-    "spam": {"bidder_0": "spam_offers", "bidder_1": "spam_coalitions", "bidder_2": "spam_pitches",
-             "bidder_3": "spam_offers", "bidder_4": "spam_coalitions", "bidder_5": "spam_pitches"},
-    "finish_early": {"bidder_0": FinishAgent(), "bidder_1": FinishAgent(), "bidder_2": "random_valid",
-                     "bidder_3": FinishAgent(), "bidder_4": WaitAgent(), "bidder_5": FinishAgent()},
+    "spam": {
+        "bidder_0": "spam_offers",
+        "bidder_1": "spam_coalitions",
+        "bidder_2": "spam_pitches",
+        "bidder_3": "spam_offers",
+        "bidder_4": "spam_coalitions",
+        "bidder_5": "spam_pitches",
+    },
+    "finish_early": {
+        "bidder_0": FinishAgent(),
+        "bidder_1": FinishAgent(),
+        "bidder_2": "random_valid",
+        "bidder_3": FinishAgent(),
+        "bidder_4": WaitAgent(),
+        "bidder_5": FinishAgent(),
+    },
 }
 
 
@@ -89,7 +131,9 @@ def test_common_random_numbers_whatever_the_agents_do(scenario: str, seed: int) 
         after = world_signature(env)
         assert after == at_reset, f"{name}: the world changed with play"
         signatures[name] = after
-        capacities[name] = [(log["round"], log["capacity"], log["reserve"]) for log in env.round_log]
+        capacities[name] = [
+            (log["round"], log["capacity"], log["reserve"]) for log in env.round_log
+        ]
         logs[name] = env.round_log
     reference = signatures["truthful"]
     assert reference["jobs"] and any(reference["jobs"])
@@ -136,10 +180,19 @@ def test_no_global_rng_is_touched() -> None:
     # a full episode with random seats, a random designer (every auction type, incl. the
     # posted-price lottery) and shocks; then a rationed posted-price market
     episode_record("coalition_market", 7, MIXED, designer="random")
-    env = make_env(labs__count=3, capacity__blocks=[2, 2], mechanism__auction_type="posted_price",
-                   mechanism__reserve_price=1.0, rounds=2)
+    env = make_env(
+        labs__count=3,
+        capacity__blocks=[2, 2],
+        mechanism__auction_type="posted_price",
+        mechanism__reserve_price=1.0,
+        rounds=2,
+    )
     run_episode(env, population(env, default="truthful"), seed=7)
     env.reset(seed=None)
     after_np, after_py = np.random.get_state(), random.getstate()
     assert after_py == py_state
-    assert after_np[0] == np_state[0] and (after_np[1] == np_state[1]).all() and after_np[2:] == np_state[2:]
+    assert (
+        after_np[0] == np_state[0]
+        and (after_np[1] == np_state[1]).all()
+        and after_np[2:] == np_state[2:]
+    )

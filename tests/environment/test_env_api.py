@@ -22,7 +22,14 @@ from scenarios import ScenarioError
 
 SCENARIOS = scenarios.builtin_names()
 CONSTRUCTORS = {"env": market.env, "raw_env": market.raw_env}
-MIX = ["random_valid", "truthful", "always_accept", "spam_offers", "spam_coalitions", "spam_pitches"]
+MIX = [
+    "random_valid",
+    "truthful",
+    "always_accept",
+    "spam_offers",
+    "spam_coalitions",
+    "spam_pitches",
+]
 
 
 def test_builtins_present() -> None:
@@ -65,8 +72,14 @@ def _info_trace(scenario: str, seed: int, wrapped: bool = True) -> list:
     k = seed % len(MIX)
     seats = make_seats(env, MIX[k:] + MIX[:k], designer="random")
     trace: list = []
-    play(env, seats, seed, after_step=lambda turn: trace.append(
-        (turn["agent"], copy.deepcopy(env.unwrapped.infos), dict(env.unwrapped.rewards))))
+    play(
+        env,
+        seats,
+        seed,
+        after_step=lambda turn: trace.append(
+            (turn["agent"], copy.deepcopy(env.unwrapped.infos), dict(env.unwrapped.rewards))
+        ),
+    )
     return trace
 
 
@@ -169,7 +182,9 @@ def test_dead_seats_are_removed_and_never_return(kind: str) -> None:
     entrants = [lab.seat for lab in raw.world.labs if raw.world.entry_round[lab.index] > 0]
     assert entrants and all(s in gone for s in entrants)
     assert any(s not in history[0][1] for s in entrants)
-    assert not env.agents and gone == {a for _, agents, _ in history for a in agents} | {t for t, _, _ in history}
+    assert not env.agents and gone == {a for _, agents, _ in history for a in agents} | {
+        t for t, _, _ in history
+    }
 
 
 def test_dead_seat_action_is_ignored() -> None:
@@ -188,6 +203,7 @@ def test_dead_seat_action_is_ignored() -> None:
 
 # --- scenario files -------------------------------------------------------------------------
 
+
 def test_scenario_file_extends_builtin(tmp_path: Path) -> None:
     path = tmp_path / "small.toml"
     path.write_text(
@@ -200,7 +216,9 @@ def test_scenario_file_extends_builtin(tmp_path: Path) -> None:
     assert raw.scenario.rounds == 3 and raw.scenario.labs.count == 2
     assert raw.scenario.mechanism.auction_type == "first_price"
     # everything not overridden comes from market_round
-    assert raw.scenario.jobs == base.jobs and raw.scenario.negotiation_turns == base.negotiation_turns
+    assert (
+        raw.scenario.jobs == base.jobs and raw.scenario.negotiation_turns == base.negotiation_turns
+    )
     assert raw.scenario.mechanism.reserve_price == base.mechanism.reserve_price
     assert env.possible_agents == ["designer_0", "bidder_0", "bidder_1"]
     turns = play(env, make_seats(env, ["truthful"]), seed=0)
@@ -210,7 +228,9 @@ def test_scenario_file_extends_builtin(tmp_path: Path) -> None:
     # a file can extend another file, by a path relative to itself
     child = _write(tmp_path, "child.toml", 'extends = "small.toml"\nnegotiation_turns = 0\n')
     sc = market.raw_env(scenario=child).scenario
-    assert sc.negotiation_turns == 0 and sc.rounds == 3 and sc.mechanism.auction_type == "first_price"
+    assert (
+        sc.negotiation_turns == 0 and sc.rounds == 3 and sc.mechanism.auction_type == "first_price"
+    )
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -223,19 +243,40 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     ("name", "text", "words"),
     [
         ("neg_count.toml", 'extends = "market_round"\n[labs]\ncount = -1\n', ["labs.count"]),
-        ("unknown.toml", 'extends = "market_round"\n[labs]\ncuont = 4\n', ["labs.cuont", "unknown key"]),
+        (
+            "unknown.toml",
+            'extends = "market_round"\n[labs]\ncuont = 4\n',
+            ["labs.cuont", "unknown key"],
+        ),
         ("top_unknown.toml", 'extends = "market_round"\nroundz = 4\n', ["roundz", "unknown key"]),
-        ("late_shock.toml", 'extends = "market_round"\nrounds = 3\n[[shocks]]\nkind = "windfall"\nround = 7\n',
-         ["shocks[0].round", "past"]),
-        ("bad_kind.toml", 'extends = "single_trade"\n[[shocks]]\nkind = "meteor"\nround = 1\n', ["shocks.0.kind"]),
+        (
+            "late_shock.toml",
+            'extends = "market_round"\nrounds = 3\n[[shocks]]\nkind = "windfall"\nround = 7\n',
+            ["shocks[0].round", "past"],
+        ),
+        (
+            "bad_kind.toml",
+            'extends = "single_trade"\n[[shocks]]\nkind = "meteor"\nround = 1\n',
+            ["shocks.0.kind"],
+        ),
         ("syntax.toml", 'extends = "market_round"\nrounds = = 3\n', ["not valid TOML"]),
         ("wrong_type.toml", 'extends = "market_round"\nrounds = "many"\n', ["rounds"]),
-        ("bad_range.toml", 'extends = "market_round"\n[labs]\nbudget = [400.0, 100.0]\n', ["labs.budget"]),
+        (
+            "bad_range.toml",
+            'extends = "market_round"\n[labs]\nbudget = [400.0, 100.0]\n',
+            ["labs.budget"],
+        ),
         ("bad_parent.toml", 'extends = "no_such_scenario"\n', ["no_such_scenario", "extends"]),
-        ("bad_mech.toml", 'extends = "market_round"\n[mechanism]\nauction_type = "dutch"\n', ["mechanism.auction_type"]),
+        (
+            "bad_mech.toml",
+            'extends = "market_round"\n[mechanism]\nauction_type = "dutch"\n',
+            ["mechanism.auction_type"],
+        ),
     ],
 )
-def test_broken_scenario_names_file_and_key(tmp_path: Path, name: str, text: str, words: list[str]) -> None:
+def test_broken_scenario_names_file_and_key(
+    tmp_path: Path, name: str, text: str, words: list[str]
+) -> None:
     path = _write(tmp_path, name, text)
     for make in (market.env, market.raw_env, scenarios.load_scenario):
         with pytest.raises(ScenarioError) as exc:

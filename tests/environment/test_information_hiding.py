@@ -40,14 +40,21 @@ PRIVATE_TEXTS = {  # text -> (sender, recipients)
     "PRIVATE_0_TO_1 last round": (0, (1,)),
 }
 OFFER_SECRETS = {  # offer terms only the two parties may see
-    "777.777": (2, 3), "OFFER_3_TO_2 quiet deal": (2, 3),
-    "555.555": (2, 3), "COUNTER_2_TO_3 more please": (2, 3),
+    "777.777": (2, 3),
+    "OFFER_3_TO_2 quiet deal": (2, 3),
+    "555.555": (2, 3),
+    "COUNTER_2_TO_3 more please": (2, 3),
 }
 SHOCKS = [
     {"kind": "budget_cut", "round": 1, "target": 1, "magnitude": 0.5, "public": False},
     {"kind": "windfall", "round": 1, "target": 2, "magnitude": 50.0, "public": False},
     {"kind": "demand_surge", "round": 1, "target": 3, "magnitude": 2.0, "public": False},
-    {"kind": "reliability_drop", "round": 1, "magnitude": 0.05, "public": False},  # hidden, no target
+    {
+        "kind": "reliability_drop",
+        "round": 1,
+        "magnitude": 0.05,
+        "public": False,
+    },  # hidden, no target
     {"kind": "capacity_outage", "round": 2, "magnitude": 0.5, "public": True},
 ]
 
@@ -80,40 +87,79 @@ def scripted_population() -> dict:
 
     def coalition_bid(obs):
         mine = [c for c in obs.coalitions or () if c.status == "active" and c.leader == obs.seat]
-        return Bid(bids=[1000.0], coalition_id=mine[0].coalition_id) if mine else TruthfulBidder().act(obs)
+        return (
+            Bid(bids=[1000.0], coalition_id=mine[0].coalition_id)
+            if mine
+            else TruthfulBidder().act(obs)
+        )
 
     def counter_first(obs):
         offer = obs.offers_received[0]
-        return CounterOffer(offer_id=offer.offer_id, blocks=1, price=555.555, message="COUNTER_2_TO_3 more please")
+        return CounterOffer(
+            offer_id=offer.offer_id, blocks=1, price=555.555, message="COUNTER_2_TO_3 more please"
+        )
 
     truthful = TruthfulBidder
-    b0 = ScriptedAgent({
-        (0, "negotiation", 0): FormCoalition(members=["bidder_1"], contribution=CONTRIBUTIONS[0], term_rounds=2,
-                                             purpose="joint bid"),
-        (0, "negotiation", 1): SendMessage(to="bidder_1", text="PRIVATE_0_TO_1 bid low"),
-        (0, "bidding"): coalition_bid,
-        (1, "negotiation", 0): lambda o: MakePitch(text="pitch from zero", blocks_requested=1, job_id=live_job_id(o)),
-        (1, "bidding"): coalition_bid,
-        (2, "negotiation", 0): SendMessage(to=["bidder_1"], text="PRIVATE_0_TO_1 last round"),
-    }, fallback=truthful())
-    b1 = ScriptedAgent({
-        (0, "negotiation", 0): lambda o: CommitToCoalition(coalition_id=coalition_id(o), contribution=CONTRIBUTIONS[1]),
-        (0, "negotiation", 1): lambda o: MakePitch(text="pitch from one", blocks_requested=1, job_id=live_job_id(o)),
-        (1, "negotiation", 0): CounterPitch(target="bidder_0", text="COUNTERPITCH_1 nonsense"),
-        (1, "negotiation", 1): SendMessage(to="bidder_0", text="PRIVATE_1_TO_0 ok"),
-    }, fallback=truthful())
-    b2 = ScriptedAgent({
-        (0, "negotiation", 0): SendMessage(to="bidder_3", text="PRIVATE_2_TO_3 meet at dawn"),
-        (0, "negotiation", 1): counter_first,
-        (1, "negotiation", 0): SendMessage(to=["bidder_3"], text="PRIVATE_2_TO_3 again"),
-    }, fallback=truthful())
-    b3 = ScriptedAgent({
-        (0, "negotiation", 0): SendOffer(to="bidder_2", side="buy", blocks=1, price=777.777,
-                                         message="OFFER_3_TO_2 quiet deal"),
-        (0, "negotiation", 1): SendMessage(to="all", text="public hello from three"),
-        (1, "negotiation", 0): SendMessage(to="bidder_2", text="PRIVATE_3_TO_2 reply"),
-    }, fallback=truthful())
-    return {"designer_0": FixedDesigner(), "bidder_0": b0, "bidder_1": b1, "bidder_2": b2, "bidder_3": b3}
+    b0 = ScriptedAgent(
+        {
+            (0, "negotiation", 0): FormCoalition(
+                members=["bidder_1"],
+                contribution=CONTRIBUTIONS[0],
+                term_rounds=2,
+                purpose="joint bid",
+            ),
+            (0, "negotiation", 1): SendMessage(to="bidder_1", text="PRIVATE_0_TO_1 bid low"),
+            (0, "bidding"): coalition_bid,
+            (1, "negotiation", 0): lambda o: MakePitch(
+                text="pitch from zero", blocks_requested=1, job_id=live_job_id(o)
+            ),
+            (1, "bidding"): coalition_bid,
+            (2, "negotiation", 0): SendMessage(to=["bidder_1"], text="PRIVATE_0_TO_1 last round"),
+        },
+        fallback=truthful(),
+    )
+    b1 = ScriptedAgent(
+        {
+            (0, "negotiation", 0): lambda o: CommitToCoalition(
+                coalition_id=coalition_id(o), contribution=CONTRIBUTIONS[1]
+            ),
+            (0, "negotiation", 1): lambda o: MakePitch(
+                text="pitch from one", blocks_requested=1, job_id=live_job_id(o)
+            ),
+            (1, "negotiation", 0): CounterPitch(target="bidder_0", text="COUNTERPITCH_1 nonsense"),
+            (1, "negotiation", 1): SendMessage(to="bidder_0", text="PRIVATE_1_TO_0 ok"),
+        },
+        fallback=truthful(),
+    )
+    b2 = ScriptedAgent(
+        {
+            (0, "negotiation", 0): SendMessage(to="bidder_3", text="PRIVATE_2_TO_3 meet at dawn"),
+            (0, "negotiation", 1): counter_first,
+            (1, "negotiation", 0): SendMessage(to=["bidder_3"], text="PRIVATE_2_TO_3 again"),
+        },
+        fallback=truthful(),
+    )
+    b3 = ScriptedAgent(
+        {
+            (0, "negotiation", 0): SendOffer(
+                to="bidder_2",
+                side="buy",
+                blocks=1,
+                price=777.777,
+                message="OFFER_3_TO_2 quiet deal",
+            ),
+            (0, "negotiation", 1): SendMessage(to="all", text="public hello from three"),
+            (1, "negotiation", 0): SendMessage(to="bidder_2", text="PRIVATE_3_TO_2 reply"),
+        },
+        fallback=truthful(),
+    )
+    return {
+        "designer_0": FixedDesigner(),
+        "bidder_0": b0,
+        "bidder_1": b1,
+        "bidder_2": b2,
+        "bidder_3": b3,
+    }
 
 
 def secrets_of(env, lab: int) -> tuple[list[str], list[float]]:
@@ -163,15 +209,23 @@ def check_all_seats(env, record: dict) -> None:
         assert not leaked, f"{seat} round {env.round} phase {env.phase} sees {leaked}"
         vec = obs.to_vector().astype(np.float64)
         for x in numbers:
-            assert not np.isclose(vec, x, rtol=1e-6, atol=0.0).any(), f"{seat} vector holds secret {x}"
+            assert not np.isclose(vec, x, rtol=1e-6, atol=0.0).any(), (
+                f"{seat} vector holds secret {x}"
+            )
         seen.append((seat, env.round, obs))
 
 
 def play():
     env = market.raw_env(
-        "market_round", rounds=3, labs__count=N_LABS, negotiation_turns=2, shocks=SHOCKS,
-        shock_rates=NO_SHOCK_RATES, mechanism__reveal_competing_bids=True,
-        mechanism__reveal_bid_distribution=True, mechanism__judge_pool_share=0.25,
+        "market_round",
+        rounds=3,
+        labs__count=N_LABS,
+        negotiation_turns=2,
+        shocks=SHOCKS,
+        shock_rates=NO_SHOCK_RATES,
+        mechanism__reveal_competing_bids=True,
+        mechanism__reveal_bid_distribution=True,
+        mechanism__judge_pool_share=0.25,
         capacity__blocks=[8, 8],
     )
     state: dict = {"seed": SEED}
@@ -180,8 +234,13 @@ def play():
         plant_sentinels(env)
         check_all_seats(env, state)
 
-    ep = run_episode(env, scripted_population(), seed=SEED, setup=setup,
-                     on_step=lambda env, record: check_all_seats(env, state))
+    ep = run_episode(
+        env,
+        scripted_population(),
+        seed=SEED,
+        setup=setup,
+        on_step=lambda env, record: check_all_seats(env, state),
+    )
     return env, ep, state["seen"]
 
 
@@ -195,8 +254,16 @@ def test_scripted_talk_happened(episode) -> None:
     env, ep, seen = episode
     assert not errors(ep)
     kinds = {s["info"].get("action") for s in ep.steps if "info" in s}
-    assert {"form_coalition", "commit_to_coalition", "send_message", "send_offer", "counter_offer",
-            "make_pitch", "counter_pitch", "bid"} <= kinds
+    assert {
+        "form_coalition",
+        "commit_to_coalition",
+        "send_message",
+        "send_offer",
+        "counter_offer",
+        "make_pitch",
+        "counter_pitch",
+        "bid",
+    } <= kinds
     assert any(c.members == [0, 1] for c in env.coalitions.coalitions.values())
     texts = {(seat, m.text) for seat, _, obs in seen for m in obs.messages}
     for text, (sender, recipients) in PRIVATE_TEXTS.items():
@@ -204,19 +271,38 @@ def test_scripted_talk_happened(episode) -> None:
             assert (f"bidder_{lab}", text) in texts
     own = {seat: obs for seat, _, obs in seen if seat == "bidder_0"}
     assert f"{own['bidder_0'].budget:.2f}" in own["bidder_0"].to_prompt()
-    pools = [c.pool for seat, _, obs in seen if seat in ("bidder_0", "bidder_1") for c in obs.coalitions or ()
-             if c.pool is not None]
+    pools = [
+        c.pool
+        for seat, _, obs in seen
+        if seat in ("bidder_0", "bidder_1")
+        for c in obs.coalitions or ()
+        if c.pool is not None
+    ]
     assert pools and max(pools) == pytest.approx(sum(CONTRIBUTIONS))
-    assert any(j.job_id.startswith("job_SENTINEL_0_") for _, _, obs in seen if obs.seat == "bidder_0" for j in obs.jobs)
+    assert any(
+        j.job_id.startswith("job_SENTINEL_0_")
+        for _, _, obs in seen
+        if obs.seat == "bidder_0"
+        for j in obs.jobs
+    )
     assert any(obs.pitches for _, _, obs in seen)
-    assert sum(len(obs.offers_received or ()) for seat, _, obs in seen if seat in ("bidder_2", "bidder_3")) > 0
+    assert (
+        sum(
+            len(obs.offers_received or ())
+            for seat, _, obs in seen
+            if seat in ("bidder_2", "bidder_3")
+        )
+        > 0
+    )
 
 
 def test_no_observation_leaks_another_seats_secrets(episode) -> None:
     # The checks run inside the episode after every step (check_all_seats); here we only make sure
     # they covered every seat in every round.
     env, ep, seen = episode
-    assert {(seat, r) for seat, r, _ in seen} >= {(s, r) for s in env.possible_agents for r in range(3)}
+    assert {(seat, r) for seat, r, _ in seen} >= {
+        (s, r) for s in env.possible_agents for r in range(3)
+    }
 
 
 def test_designer_sees_no_private_lab_state(episode) -> None:
@@ -224,7 +310,12 @@ def test_designer_sees_no_private_lab_state(episode) -> None:
     designer = [obs for seat, _, obs in seen if seat == "designer_0"]
     assert designer
     for obs in designer:
-        assert obs.budget is None and obs.jobs is None and obs.coalitions is None and obs.offers_received is None
+        assert (
+            obs.budget is None
+            and obs.jobs is None
+            and obs.coalitions is None
+            and obs.offers_received is None
+        )
         dumped = obs.model_dump_json()
         assert "job_SENTINEL" not in dumped
         assert all(c.pool is None for c in obs.public_coalitions)
@@ -233,7 +324,9 @@ def test_designer_sees_no_private_lab_state(episode) -> None:
 def test_hidden_shocks_are_seen_only_by_their_target(episode) -> None:
     env, ep, seen = episode
     hidden_target = {"budget_cut": "bidder_1", "windfall": "bidder_2", "demand_surge": "bidder_3"}
-    saw: dict[str, set[str]] = {kind: set() for kind in [*hidden_target, "capacity_outage", "reliability_drop"]}
+    saw: dict[str, set[str]] = {
+        kind: set() for kind in [*hidden_target, "capacity_outage", "reliability_drop"]
+    }
     for seat, r, obs in seen:
         for s in obs.shocks:
             saw[s.kind].add(seat)
@@ -241,7 +334,9 @@ def test_hidden_shocks_are_seen_only_by_their_target(episode) -> None:
     for kind, target in hidden_target.items():
         assert saw[kind] == {target}, kind
     assert saw["capacity_outage"] == set(env.possible_agents)  # the public one reaches everyone
-    assert not {s for s in saw["reliability_drop"] if s.startswith("bidder_")}  # hidden, targets no lab
+    assert not {
+        s for s in saw["reliability_drop"] if s.startswith("bidder_")
+    }  # hidden, targets no lab
 
 
 @pytest.mark.parametrize("seed", [918273645, 827364591])
@@ -256,7 +351,9 @@ def test_random_play_with_random_mechanisms_leaks_nothing(seed: int) -> None:
         check_all_seats(env, state)
 
     agents = population(env, default="random_valid", designer="random")
-    ep = run_episode(env, agents, seed=seed, setup=setup, on_step=lambda env, record: check_all_seats(env, state))
+    ep = run_episode(
+        env, agents, seed=seed, setup=setup, on_step=lambda env, record: check_all_seats(env, state)
+    )
     kinds = {s["info"].get("action") for s in ep.steps if "info" in s}
     assert {"send_offer", "form_coalition", "send_message", "make_pitch", "bid"} <= kinds
     assert len(state["seen"]) > 100

@@ -35,7 +35,14 @@ from market.core.actions import (
 from market.environment.aec import TALK_ACTIONS
 
 SCENARIOS = scenarios.builtin_names()
-BIDDERS = ["random_valid", "truthful", "always_accept", "spam_offers", "spam_coalitions", "spam_pitches"]
+BIDDERS = [
+    "random_valid",
+    "truthful",
+    "always_accept",
+    "spam_offers",
+    "spam_coalitions",
+    "spam_pitches",
+]
 DESIGNERS = ["fixed", "random"]
 
 
@@ -74,20 +81,35 @@ class Dealer(BaseAgent):
                 return AcceptOffer(offer_id=obs.offers_received[0].offer_id)
             invited = [c for c in obs.coalitions or () if me in c.invited]
             if invited and u < 0.8:
-                return CommitToCoalition(coalition_id=invited[0].coalition_id, contribution=round(budget * 0.3, 2))
+                return CommitToCoalition(
+                    coalition_id=invited[0].coalition_id, contribution=round(budget * 0.3, 2)
+                )
             if others and u < 0.6:
                 ahead = int(rng.integers(0, 3))
                 delivery = min(obs.round + ahead, obs.rounds_total - 1)
                 held = (obs.holdings or [0])[delivery - obs.round]
-                return SendOffer(to=str(rng.choice(others)), side="sell" if rng.random() < 0.7 else "buy",
-                                 blocks=max(1, held), price=round(float(rng.uniform(5, 60)), 2),
-                                 delivery_round=delivery, expires_in=int(rng.integers(1, 3)))
+                return SendOffer(
+                    to=str(rng.choice(others)),
+                    side="sell" if rng.random() < 0.7 else "buy",
+                    blocks=max(1, held),
+                    price=round(float(rng.uniform(5, 60)), 2),
+                    delivery_round=delivery,
+                    expires_in=int(rng.integers(1, 3)),
+                )
             if others and u < 0.85:
-                return FormCoalition(members=[str(rng.choice(others))], contribution=round(budget * 0.3, 2),
-                                     split=str(rng.choice(["proportional", "equal"])), term_rounds=int(rng.integers(1, 3)))
+                return FormCoalition(
+                    members=[str(rng.choice(others))],
+                    contribution=round(budget * 0.3, 2),
+                    split=str(rng.choice(["proportional", "equal"])),
+                    term_rounds=int(rng.integers(1, 3)),
+                )
             return Wait()
         if obs.phase == "bidding":
-            led = [c for c in obs.coalitions or () if c.leader == me and c.status == "active" and c.pool]
+            led = [
+                c
+                for c in obs.coalitions or ()
+                if c.leader == me and c.status == "active" and c.pool
+            ]
             if led and rng.random() < 0.7:
                 c = led[0]
                 n = int(rng.integers(1, max(1, obs.capacity) + 1))
@@ -146,7 +168,11 @@ class InvariantChecker:
         # the reward last() returned is exactly the sum of the components in the seat's info
         comps = turn["info"].get("reward_components", {})
         assert isinstance(turn["reward"], float) and math.isfinite(turn["reward"])
-        assert sum(comps.values()) == pytest.approx(turn["reward"], abs=1e-9), (turn["agent"], comps, turn["reward"])
+        assert sum(comps.values()) == pytest.approx(turn["reward"], abs=1e-9), (
+            turn["agent"],
+            comps,
+            turn["reward"],
+        )
         for name, value in comps.items():
             bucket = self.components.setdefault(turn["agent"], {})
             bucket[name] = bucket.get(name, 0.0) + value
@@ -165,18 +191,25 @@ class InvariantChecker:
         # credits conserved, counted here from the accounts themselves (every coalition's escrow,
         # dissolved ones included) and by the env's own audit; budgets and holdings never negative
         scale = max(1.0, self.initial_credits)
-        escrow = math.fsum(b for c in raw.coalitions.coalitions.values() for b in c.balances.values())
+        escrow = math.fsum(
+            b for c in raw.coalitions.coalitions.values() for b in c.balances.values()
+        )
         total = math.fsum([lab.budget for lab in w.labs] + [escrow, w.operator_credits])
         leak = total - self.initial_credits - w.external_credits
         assert abs(leak) <= 1e-6 * scale, f"credits not conserved: {leak}"
-        assert abs(raw.credit_balance()) <= 1e-6 * scale, f"credits not conserved: {raw.credit_balance()}"
+        assert abs(raw.credit_balance()) <= 1e-6 * scale, (
+            f"credits not conserved: {raw.credit_balance()}"
+        )
         # the operator only receives; credits enter or leave the market only with a budget shock
         # of a round that started during this step
         assert w.operator_credits >= self.operator - 1e-9, "the operator paid credits out"
         if w.external_credits != self.external:
             started = range(self.round + 1, raw.round + 1)
-            assert any(sh.round in started and sh.kind in ("budget_cut", "windfall") for sh in raw.shocks), (
-                f"external credits changed by {w.external_credits - self.external} without a budget shock")
+            assert any(
+                sh.round in started and sh.kind in ("budget_cut", "windfall") for sh in raw.shocks
+            ), (
+                f"external credits changed by {w.external_credits - self.external} without a budget shock"
+            )
         self.round, self.operator, self.external = raw.round, w.operator_credits, w.external_credits
         for lab in w.labs:
             assert lab.budget >= -1e-9, f"{lab.seat} budget {lab.budget}"
@@ -185,7 +218,9 @@ class InvariantChecker:
         for c in raw.coalitions.coalitions.values():
             assert all(b >= -1e-9 for b in c.balances.values()), c
             if c.status == "dissolved":
-                assert not c.balances, f"dissolved coalition {c.coalition_id} still holds {c.balances}"
+                assert not c.balances, (
+                    f"dissolved coalition {c.coalition_id} still holds {c.balances}"
+                )
         # jobs
         for lab in w.labs:
             for j in lab.jobs:
@@ -196,7 +231,11 @@ class InvariantChecker:
                     assert j.progress == 0 and j.realized == 0.0, j
                 elif j.status == "active":
                     assert j.progress < j.size, j
-                    assert lab.active and j.arrival <= raw.round <= j.deadline, ("live job out of its window", raw.round, j)
+                    assert lab.active and j.arrival <= raw.round <= j.deadline, (
+                        "live job out of its window",
+                        raw.round,
+                        j,
+                    )
                 else:
                     assert j.status == "expired", j
                     want = j.unit_value * j.progress if j.partial_credit else 0.0
@@ -205,7 +244,7 @@ class InvariantChecker:
         progress = self._progress()
         gained = progress - self.progress
         assert (gained >= 0).all()
-        new_results = raw.results[self.n_results:]
+        new_results = raw.results[self.n_results :]
         if not new_results:
             assert (gained == 0).all(), "progress without a clearing"
         # blocks: each round's holdings are its endowments plus what the operator issued for it
@@ -214,11 +253,18 @@ class InvariantChecker:
         for col in range(raw.scenario.rounds):
             total = int(w.holdings[:, col].sum())
             issued = int(w.blocks_issued[col])
-            assert total == int(self.initial_holdings[:, col].sum()) + issued, f"blocks created for round {col}"
+            assert total == int(self.initial_holdings[:, col].sum()) + issued, (
+                f"blocks created for round {col}"
+            )
             if col in cleared:
                 r = cleared[col]
                 granted = sum(v.granted for v in r.verdicts)
-                assert issued == r.sold + granted <= r.capacity == int(w.capacity[col]), (col, issued, r.sold, granted)
+                assert issued == r.sold + granted <= r.capacity == int(w.capacity[col]), (
+                    col,
+                    issued,
+                    r.sold,
+                    granted,
+                )
             else:
                 assert issued == 0, f"blocks created for round {col} before its clearing"
         for r in new_results:
@@ -240,11 +286,19 @@ class InvariantChecker:
         for a in raw.agents:
             comps = raw.infos[a].get("reward_components", {})
             assert all(math.isfinite(v) for v in comps.values())
-            assert sum(comps.values()) == pytest.approx(raw._cumulative_rewards[a], abs=1e-9), (a, comps)
+            assert sum(comps.values()) == pytest.approx(raw._cumulative_rewards[a], abs=1e-9), (
+                a,
+                comps,
+            )
 
 
-def run_checked(scenario: str, seed: int, quitters: bool = True, seats: dict[str, Any] | None = None,
-                **overrides: Any) -> tuple[Any, InvariantChecker, list]:
+def run_checked(
+    scenario: str,
+    seed: int,
+    quitters: bool = True,
+    seats: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> tuple[Any, InvariantChecker, list]:
     env = new_env(scenario, **overrides)
     seats = seats or mixed_seats(env, seed, quitters)
     checker: InvariantChecker | None = None
@@ -268,21 +322,34 @@ def check_returns(env: Any, checker: InvariantChecker, turns: list) -> None:
     returns: dict[str, float] = {}
     for t in turns:
         returns[t["agent"]] = returns.get(t["agent"], 0.0) + t["reward"]
-    trade = [checker.components.get(lab.seat, {}).get("trade_balance", 0.0) for lab in raw.world.labs]
+    trade = [
+        checker.components.get(lab.seat, {}).get("trade_balance", 0.0) for lab in raw.world.labs
+    ]
     assert sum(trade) == pytest.approx(0.0, abs=1e-9), trade
     assert raw.world.external_credits == 0.0
     for lab in raw.world.labs:
         seat = lab.seat
         comps = checker.components.get(seat, {})
         shaping = comps.get("invalid_action", 0.0) + comps.get("talk_cost", 0.0)
-        assert comps.get("invalid_action", 0.0) == pytest.approx(-sc.rewards.invalid_action_penalty * checker.errors.get(seat, 0))
-        assert comps.get("talk_cost", 0.0) == pytest.approx(-sc.rewards.talk_cost * checker.talks.get(seat, 0))
+        assert comps.get("invalid_action", 0.0) == pytest.approx(
+            -sc.rewards.invalid_action_penalty * checker.errors.get(seat, 0)
+        )
+        assert comps.get("talk_cost", 0.0) == pytest.approx(
+            -sc.rewards.talk_cost * checker.talks.get(seat, 0)
+        )
         realized = sum(j.realized for j in lab.jobs)
         budget_change = lab.budget - checker.initial_budgets[lab.index]
         expected = (realized + budget_change) / vu + shaping
-        assert returns.get(seat, 0.0) == pytest.approx(expected, abs=1e-7), (seat, comps, realized, budget_change)
+        assert returns.get(seat, 0.0) == pytest.approx(expected, abs=1e-7), (
+            seat,
+            comps,
+            realized,
+            budget_change,
+        )
         assert comps.get("job_value", 0.0) == pytest.approx(realized / vu, abs=1e-9), (seat, comps)
-        assert not any(j.status == "active" for j in lab.jobs), "a job is still live after the episode"
+        assert not any(j.status == "active" for j in lab.jobs), (
+            "a job is still live after the episode"
+        )
 
 
 # default run: a few dozen episodes per scenario, well under the time budget
@@ -298,8 +365,11 @@ NO_BUDGET_SHOCKS = {"shock_rates__budget_cut": 0.0, "shock_rates__windfall": 0.0
 
 def no_budget_shocks(scenario: str) -> dict[str, Any]:
     """Overrides that remove random and scheduled budget cuts and windfalls (credits from outside)."""
-    kept = [s.model_dump() for s in scenarios.load_scenario(scenario).shocks
-            if s.kind not in ("budget_cut", "windfall")]
+    kept = [
+        s.model_dump()
+        for s in scenarios.load_scenario(scenario).shocks
+        if s.kind not in ("budget_cut", "windfall")
+    ]
     return {**NO_BUDGET_SHOCKS, "shocks": kept}
 
 
@@ -335,7 +405,9 @@ class Script(BaseAgent):
 
     name = "script"
 
-    def __init__(self, steps: list[tuple[int, str, dict[str, Any]]], inner: str = "truthful") -> None:
+    def __init__(
+        self, steps: list[tuple[int, str, dict[str, Any]]], inner: str = "truthful"
+    ) -> None:
         super().__init__()
         self.steps, self.inner = list(steps), make_agent(inner)
 
@@ -354,15 +426,28 @@ def test_leaving_with_an_open_forward_contract(leaver: str) -> None:
     overrides = {**NO_BUDGET_SHOCKS, "labs__endowment": [2, 2], "labs__endowment_rounds": 5}
     env = new_env("market_round", **overrides)
     seats = make_seats(env, ["truthful"])
-    sale = {"action_type": "send_offer", "to": "bidder_1", "blocks": 2, "price": 30.0, "delivery_round": 2}
+    sale = {
+        "action_type": "send_offer",
+        "to": "bidder_1",
+        "blocks": 2,
+        "price": 30.0,
+        "delivery_round": 2,
+    }
     quitter = 0 if leaver == "seller" else 1
-    seats["bidder_0"] = Script([(0, "negotiation", sale)] + ([(1, "negotiation", {"action_type": "finish"})] if quitter == 0 else []))
-    seats["bidder_1"] = Script([(0, "negotiation", {"action_type": "accept_offer", "offer_id": "o0"})]
-                               + ([(1, "negotiation", {"action_type": "finish"})] if quitter == 1 else []))
+    seats["bidder_0"] = Script(
+        [(0, "negotiation", sale)]
+        + ([(1, "negotiation", {"action_type": "finish"})] if quitter == 0 else [])
+    )
+    seats["bidder_1"] = Script(
+        [(0, "negotiation", {"action_type": "accept_offer", "offer_id": "o0"})]
+        + ([(1, "negotiation", {"action_type": "finish"})] if quitter == 1 else [])
+    )
     env, checker, turns = run_checked("market_round", 4, seats=seats, **overrides)
     raw = env.unwrapped
     assert raw.world.labs[quitter].exit_round == 1 and checker.errors == {}
-    assert "withdrawal_penalty" not in checker.components["bidder_0"], "the seller held the blocks: no breach"
+    assert "withdrawal_penalty" not in checker.components["bidder_0"], (
+        "the seller held the blocks: no breach"
+    )
     assert raw.world.holdings[0, 2] == 0 and raw.world.holdings[1, 2] >= 4  # delivered
     check_returns(env, checker, turns)
 
@@ -413,7 +498,13 @@ def test_ledger_moves_by_hand() -> None:
     held = w.holdings.copy()
 
     def total() -> float:
-        return w.labs[0].budget + w.labs[1].budget + sum(balances.values()) + w.operator_credits - w.external_credits
+        return (
+            w.labs[0].budget
+            + w.labs[1].budget
+            + sum(balances.values())
+            + w.operator_credits
+            - w.external_credits
+        )
 
     balances: dict[int, float] = {}
     ledger.transfer_credits(w, 0, 1, 30.0)
@@ -425,10 +516,20 @@ def test_ledger_moves_by_hand() -> None:
     assert w.holdings[0, 1] == held[0, 1] + 2 and w.blocks_issued.tolist()[:2] == [0, 2]
     ledger.mint_credits(w, 1, 40.0)
     ledger.burn_credits(w, 0, 10.0)
-    assert (w.labs[0].budget, w.labs[1].budget, w.external_credits, total()) == (40.0, 40.0, 30.0, 150.0)
+    assert (w.labs[0].budget, w.labs[1].budget, w.external_credits, total()) == (
+        40.0,
+        40.0,
+        30.0,
+        150.0,
+    )
     ledger.escrow_credits(w, balances, 0, 30.0)
     ledger.escrow_credits(w, balances, 1, 10.0)
-    assert (w.labs[0].budget, w.labs[1].budget, balances, total()) == (10.0, 30.0, {0: 30.0, 1: 10.0}, 150.0)
+    assert (w.labs[0].budget, w.labs[1].budget, balances, total()) == (
+        10.0,
+        30.0,
+        {0: 30.0, 1: 10.0},
+        150.0,
+    )
     shares = ledger.pay_operator_from_escrow(w, balances, [0, 1], 20.0, 40.0)
     assert shares == {0: 15.0, 1: 5.0} and balances == {0: 15.0, 1: 5.0}
     assert (w.operator_credits, total()) == (120.0, 150.0)
@@ -447,7 +548,14 @@ NOT_MOVEMENTS = {
     ("agents/llm/agent.py", "self.budget"),
     ("market/core/shocks.py", "world.holdings[s.target, :s.round]"),
 }
-ACCOUNTS = {"budget", "operator_credits", "external_credits", "blocks_issued", "holdings", "balances"}
+ACCOUNTS = {
+    "budget",
+    "operator_credits",
+    "external_credits",
+    "blocks_issued",
+    "holdings",
+    "balances",
+}
 MUTATORS = {"pop", "popitem", "clear", "update", "setdefault", "fill", "put", "itemset", "resize"}
 
 
@@ -465,9 +573,17 @@ def _account_writes(path: str, tree: ast.AST) -> list[str]:
             targets = node.targets
         elif isinstance(node, ast.AugAssign | ast.AnnAssign):
             targets = [node.target]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATORS
+        ):
             targets = [node.func.value]
-        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("np.add.at", "np.subtract.at", "np.copyto"):
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in (
+            "np.add.at",
+            "np.subtract.at",
+            "np.copyto",
+        ):
             targets = node.args[:1]
         else:
             continue
@@ -493,7 +609,10 @@ def test_only_the_ledger_moves_credits_and_blocks() -> None:
     assert scanned > 30
     assert not found, "credits or blocks moved outside market.core.ledger:\n" + "\n".join(found)
     # and the scan is not vacuous: it sees the kinds of writes the ledger itself makes
-    ledger_writes = _account_writes("market/core/ledger.py", ast.parse((root / "market/core/ledger.py").read_text(encoding="utf-8")))
+    ledger_writes = _account_writes(
+        "market/core/ledger.py",
+        ast.parse((root / "market/core/ledger.py").read_text(encoding="utf-8")),
+    )
     assert len(ledger_writes) >= 12, ledger_writes
     sneaky = "lab.budget -= x\nworld.holdings[i, r] += 1\ncoalition.balances.pop(i)\nw.operator_credits = 0.0\n"
     assert len(_account_writes("market/x.py", ast.parse(sneaky))) == 4

@@ -139,11 +139,12 @@ def test_env_creator_reads_scenario_and_view() -> None:
 
 
 def test_importing_market_does_not_import_ray_or_torch() -> None:
-    code = ("import sys, market, market.environment.wrappers, market.environment.rllib, market.cli, agents.registry; "
-            "market.env; bad = [m for m in ('ray', 'torch') if m in sys.modules]; "
-            "sys.exit(f'imported {bad}' if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import sys, market, market.environment.wrappers, market.environment.rllib, market.cli, agents.registry; "
+        "market.env; bad = [m for m in ('ray', 'torch') if m in sys.modules]; "
+        "sys.exit(f'imported {bad}' if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 
@@ -155,8 +156,10 @@ def _ppo_config(scenario: str) -> Any:
         ActionMaskingTorchRLModule,
     )
 
-    module = RLModuleSpec(module_class=ActionMaskingTorchRLModule,
-                          model_config={"fcnet_hiddens": [32], "head_fcnet_hiddens": [32]})
+    module = RLModuleSpec(
+        module_class=ActionMaskingTorchRLModule,
+        model_config={"fcnet_hiddens": [32], "head_fcnet_hiddens": [32]},
+    )
     return (
         PPOConfig()
         .environment("gpumarket", env_config={"scenario": scenario})
@@ -177,10 +180,15 @@ def test_rllib_ppo_trains_one_iteration_with_the_action_masking_module() -> None
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     # address="local": never join another Ray cluster running on this host
-    with tempfile.TemporaryDirectory(prefix="rl-", dir="/tmp",
-                                     ignore_cleanup_errors=True) as tmp:
-        ray.init(address="local", include_dashboard=False, num_cpus=2,
-                 object_store_memory=80_000_000, _temp_dir=tmp, log_to_driver=False)
+    with tempfile.TemporaryDirectory(prefix="rl-", dir="/tmp", ignore_cleanup_errors=True) as tmp:
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            num_cpus=2,
+            object_store_memory=80_000_000,
+            _temp_dir=tmp,
+            log_to_driver=False,
+        )
         try:
             register_env("gpumarket", env_creator)
             algo = _ppo_config("market_round").build_algo()

@@ -40,8 +40,10 @@ def test_curriculum_composition(stage: int) -> None:
     expected = Counter({"truthful": 8 - 2 * stage, **{t: 2 for t in SWAPS[:stage]}})
     assert Counter(bidders) == +expected
     if stage:  # each stage keeps the previous stage's strategic pairs and swaps two truthful
-        before = [default_seats(load_scenario(f"mechanism_stage_{stage - 1}"))[f"bidder_{i}"]
-                  for i in range(8)]
+        before = [
+            default_seats(load_scenario(f"mechanism_stage_{stage - 1}"))[f"bidder_{i}"]
+            for i in range(8)
+        ]
         changed = [i for i in range(8) if before[i] != bidders[i]]
         assert len(changed) == 2
         assert all(before[i] == "truthful" and bidders[i] == SWAPS[stage - 1] for i in changed)
@@ -81,7 +83,7 @@ def test_shock_storm_schedules_every_kind_and_draws_them_at_random() -> None:
     drawn: Counter[str] = Counter()
     for seed in range(5):
         env.reset(seed=seed)
-        assert all(int(r) > 0 for r in env.world.entry_round[sc.labs.count:])
+        assert all(int(r) > 0 for r in env.world.entry_round[sc.labs.count :])
         drawn.update(s.kind for s in env.shocks)
     assert set(drawn) == set(SHOCK_KINDS)
     assert sum(drawn.values()) > 5 * len(sc.shocks)  # random shocks on top of the schedule

@@ -382,7 +382,12 @@ def test_cli_run_writes_transcripts_by_default(
     assert cli(["run", "single_trade", "--seeds", "0:2", "--workers", "1", "--out", str(out)]) == 0
     run = out / "single_trade"
     assert sorted(p.name for p in run.iterdir()) == [
-        "report.html", "results.jsonl", "rounds.jsonl", "run.json", "transcripts"]
+        "report.html",
+        "results.jsonl",
+        "rounds.jsonl",
+        "run.json",
+        "transcripts",
+    ]
     assert sorted(p.name for p in (run / "transcripts").iterdir()) == ["0.jsonl", "1.jsonl"]
     assert f"{run}" in capsys.readouterr().out
     assert cli(["replay", str(run)]) == 0

@@ -88,16 +88,33 @@ def test_names_from_the_transcript_are_never_markup() -> None:
     episode = Transcript(
         path=None,
         header=Header(
-            package_version="0", created="2026-01-01T00:00:00+00:00",
-            scenario_name="[red]sc[/red]", scenario={}, seed=1, possible_agents=[seat],
-            seats={seat: SeatSpec(spec="[i]x[/i]", name="x", kind="scripted")}, judge="rule",
+            package_version="0",
+            created="2026-01-01T00:00:00+00:00",
+            scenario_name="[red]sc[/red]",
+            scenario={},
+            seed=1,
+            possible_agents=[seat],
+            seats={seat: SeatSpec(spec="[i]x[/i]", name="x", kind="scripted")},
+            judge="rule",
         ),
         steps=[
-            StepEvent(i=0, seat=seat, round=0, phase="bidding", action_kind="json",
-                      action={"action_type": "bid"}, components={seat: {"[u]comp[/u]": 1.0}}),
+            StepEvent(
+                i=0,
+                seat=seat,
+                round=0,
+                phase="bidding",
+                action_kind="json",
+                action={"action_type": "bid"},
+                components={seat: {"[u]comp[/u]": 1.0}},
+            ),
         ],
-        rounds=[RoundSummary(i=0, round=0,
-                             summary={"round": 0, "mechanism": {"auction_type": "[blink]vcg[/blink]"}})],
+        rounds=[
+            RoundSummary(
+                i=0,
+                round=0,
+                summary={"round": 0, "mechanism": {"auction_type": "[blink]vcg[/blink]"}},
+            )
+        ],
     )
     text = plain(episode)
     for literal in (

@@ -55,8 +55,11 @@ def finishes(fn: Callable[[], Any], within: float = 60.0) -> Any:
 
 def agent_threads(besides: set[threading.Thread] | None = None) -> set[threading.Thread]:
     """The live worker threads of agent calls, other than ``besides``."""
-    return {t for t in threading.enumerate()
-            if t.name == "gpumarket-agent" and t.is_alive() and t not in (besides or set())}
+    return {
+        t
+        for t in threading.enumerate()
+        if t.name == "gpumarket-agent" and t.is_alive() and t not in (besides or set())
+    }
 
 
 class HangsAtFirstBid(TruthfulBidder):
@@ -118,8 +121,9 @@ class Garbage:
     model = "garbage-model"
 
     def complete(self, messages: Any, schema: Any, params: Any) -> Completion:
-        return Completion(text="no JSON here", model=self.model, prompt_tokens=7,
-                          completion_tokens=3)
+        return Completion(
+            text="no JSON here", model=self.model, prompt_tokens=7, completion_tokens=3
+        )
 
     async def acomplete(self, messages: Any, schema: Any, params: Any) -> Completion:
         return self.complete(messages, schema, params)
@@ -127,11 +131,13 @@ class Garbage:
 
 # --- the time limit, sync path -------------------------------------------------------------------
 
+
 def test_a_hung_agent_times_out_and_the_episode_goes_on_as_if_it_had_abstained() -> None:
     hung, same = HangsAtFirstBid(), AbstainsFromFirstBid()
     began = time.perf_counter()
-    result = finishes(lambda: run_episode("market_round", 4, {"bidder_1": hung},
-                                          agent_timeout=LIMIT))
+    result = finishes(
+        lambda: run_episode("market_round", 4, {"bidder_1": hung}, agent_timeout=LIMIT)
+    )
     elapsed = time.perf_counter() - began
     expected = run_episode("market_round", 4, {"bidder_1": same})
     assert elapsed >= LIMIT  # it waited for the first hung decision
@@ -142,15 +148,23 @@ def test_a_hung_agent_times_out_and_the_episode_goes_on_as_if_it_had_abstained()
     assert result.timeouts["bidder_1"] == same.calls - hung.calls + 1 > 1
     assert result.agent_errors["bidder_1"] == 0
     assert result.first_error["bidder_1"] == f"AgentTimeout: no action within {LIMIT:g} s"
-    assert all(result.timeouts[s] == 0 and not result.agent_errors[s]
-               for s in result.seats if s != "bidder_1")
+    assert all(
+        result.timeouts[s] == 0 and not result.agent_errors[s]
+        for s in result.seats
+        if s != "bidder_1"
+    )
 
 
 def test_a_hung_seat_holds_one_thread_however_many_turns_it_misses() -> None:
     before = agent_threads()
-    result = finishes(lambda: run_episode("market_round", 0, {"bidder_0": HangsAlways(),
-                                                               "bidder_2": HangsAlways()},
-                                          agent_timeout=LIMIT))
+    result = finishes(
+        lambda: run_episode(
+            "market_round",
+            0,
+            {"bidder_0": HangsAlways(), "bidder_2": HangsAlways()},
+            agent_timeout=LIMIT,
+        )
+    )
     assert result.timeouts["bidder_0"] == result.decisions["bidder_0"] > 5
     assert result.timeouts["bidder_2"] == result.decisions["bidder_2"] > 5
     deadline = time.monotonic() + 5  # an idle worker of the episode ends once it is closed
@@ -173,19 +187,24 @@ def test_the_scenario_sets_the_default_limit_and_zero_means_none() -> None:
             return super().act(obs)
 
     # a limit of 0 is none: a slow agent is waited for, never cut off
-    result = run_episode(load_scenario("single_trade", agent_timeout=0.001), 0,
-                         {"bidder_0": Slow()}, agent_timeout=0)
+    result = run_episode(
+        load_scenario("single_trade", agent_timeout=0.001), 0, {"bidder_0": Slow()}, agent_timeout=0
+    )
     assert result.timeouts["bidder_0"] == 0 and result.decisions["bidder_0"] == len(calls) > 0
 
 
 def test_a_timeout_is_recorded_and_replays_exactly(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    finishes(lambda: run_episode("market_round", 2, {"bidder_1": HangsAtFirstBid()},
-                                 agent_timeout=LIMIT, transcript=path))
+    finishes(
+        lambda: run_episode(
+            "market_round", 2, {"bidder_1": HangsAtFirstBid()}, agent_timeout=LIMIT, transcript=path
+        )
+    )
     events = [json.loads(line) for line in path.read_text().splitlines()]
     errors = [e for e in events if e.get("type") == "step" and e.get("agent_error")]
-    assert errors and all(e["seat"] == "bidder_1" and e["agent_error"].startswith("AgentTimeout")
-                          for e in errors)
+    assert errors and all(
+        e["seat"] == "bidder_1" and e["agent_error"].startswith("AgentTimeout") for e in errors
+    )
     assert replay(path).ok
 
 
@@ -200,9 +219,18 @@ def test_a_transcript_played_under_another_limit_is_not_a_changed_builtin(tmp_pa
 
 
 def test_a_hung_agent_in_a_process_pool_does_not_stop_the_run(tmp_path: Path) -> None:
-    summary = finishes(lambda: run_scenario(
-        "single_trade", range(4), {"bidder_0": "py:test_agent_health:HangsAtFirstBid"},
-        tmp_path / "r", workers=2, progress=False, transcripts=False, agent_timeout=LIMIT))
+    summary = finishes(
+        lambda: run_scenario(
+            "single_trade",
+            range(4),
+            {"bidder_0": "py:test_agent_health:HangsAtFirstBid"},
+            tmp_path / "r",
+            workers=2,
+            progress=False,
+            transcripts=False,
+            agent_timeout=LIMIT,
+        )
+    )
     assert summary.complete and len(summary.episodes) == 4
     rows = [r for r in summary.rows if r["seat"] == "bidder_0"]
     assert all(r["timeouts"] > 0 and r["fallbacks"] == r["timeouts"] for r in rows)
@@ -210,11 +238,15 @@ def test_a_hung_agent_in_a_process_pool_does_not_stop_the_run(tmp_path: Path) ->
 
 # --- the time limit, async path ------------------------------------------------------------------
 
+
 def test_a_blocking_agent_times_out_on_the_async_path_without_stalling_other_episodes() -> None:
     async def both() -> list[Any]:
-        return list(await asyncio.gather(
-            arun_episode("market_round", 4, {"bidder_1": HangsAtFirstBid}, agent_timeout=LIMIT),
-            arun_episode("market_round", 5, agent_timeout=LIMIT)))
+        return list(
+            await asyncio.gather(
+                arun_episode("market_round", 4, {"bidder_1": HangsAtFirstBid}, agent_timeout=LIMIT),
+                arun_episode("market_round", 5, agent_timeout=LIMIT),
+            )
+        )
 
     hung, clean = finishes(lambda: asyncio.run(both()))
     same = AbstainsFromFirstBid()
@@ -224,16 +256,27 @@ def test_a_blocking_agent_times_out_on_the_async_path_without_stalling_other_epi
     assert clean.returns == run_episode("market_round", 5).returns
     assert not any(clean.timeouts.values())
     # and through run_concurrent, with a limit from the argument
-    results = finishes(lambda: run_concurrent("market_round", [4], {"bidder_1": HangsAtFirstBid},
-                                              agent_timeout=LIMIT))
+    results = finishes(
+        lambda: run_concurrent(
+            "market_round", [4], {"bidder_1": HangsAtFirstBid}, agent_timeout=LIMIT
+        )
+    )
     assert results[0].returns == expected.returns
 
 
 # --- counts in rows ---------------------------------------------------------------------------------
 
+
 def test_rows_count_decisions_errors_and_first_error(tmp_path: Path) -> None:
-    summary = run_scenario("single_trade", range(2), {"bidder_0": "py:test_agent_health:Boom"},
-                           tmp_path / "r", workers=1, progress=False, transcripts=False)
+    summary = run_scenario(
+        "single_trade",
+        range(2),
+        {"bidder_0": "py:test_agent_health:Boom"},
+        tmp_path / "r",
+        workers=1,
+        progress=False,
+        transcripts=False,
+    )
     for seed in range(2):
         row = next(r for r in summary.rows if r["seed"] == seed and r["seat"] == "bidder_0")
         expected = run_episode("single_trade", seed, {"bidder_0": AbstainsFromFirstBid()})
@@ -267,23 +310,44 @@ def test_judge_counts_of_a_round_log() -> None:
     def verdict(kind: str, rationale: str = "ok") -> dict[str, Any]:
         return {"judge": kind, "model": "m1", "rationale": rationale}
 
-    log = [{"judge": [verdict("llm"), verdict("llm-audit"), verdict("rule")]},
-           {"judge": [verdict("llm-fallback", "LLM judge failed (down); rule verdict: x"),
-                      verdict("llm-fallback", "LLM judge failed (later)")]},
-           {"judge": []}]
-    assert judge_counts(log) == {"verdicts": 3, "fallbacks": 2, "model": "m1",
-                                 "first_error": "LLM judge failed (down)"}
+    log = [
+        {"judge": [verdict("llm"), verdict("llm-audit"), verdict("rule")]},
+        {
+            "judge": [
+                verdict("llm-fallback", "LLM judge failed (down); rule verdict: x"),
+                verdict("llm-fallback", "LLM judge failed (later)"),
+            ]
+        },
+        {"judge": []},
+    ]
+    assert judge_counts(log) == {
+        "verdicts": 3,
+        "fallbacks": 2,
+        "model": "m1",
+        "first_error": "LLM judge failed (down)",
+    }
     # rows repeat the episode's judge counts: they are summed once per episode
-    rows = [{"config": "c", "seed": s, "seat": seat, "agent": "truthful", "decisions": 4,
-             "judge": judge_counts(log)} for s in (0, 1) for seat in ("bidder_0", "bidder_1")]
+    rows = [
+        {
+            "config": "c",
+            "seed": s,
+            "seat": seat,
+            "agent": "truthful",
+            "decisions": 4,
+            "judge": judge_counts(log),
+        }
+        for s in (0, 1)
+        for seat in ("bidder_0", "bidder_1")
+    ]
     (judge,) = [h for h in from_rows(rows) if h.seat == "judge"]
     assert (judge.decisions, judge.fallbacks, judge.agent) == (6, 4, "LLM judge m1")
 
 
 def test_an_unreachable_llm_judge_falls_back_on_every_verdict() -> None:
-    sc = load_scenario("coalition_market",
-                       judge="llm:openai?model=m&base_url=http://127.0.0.1:9/v1&retries=0"
-                             "&max_retries=0")
+    sc = load_scenario(
+        "coalition_market",
+        judge="llm:openai?model=m&base_url=http://127.0.0.1:9/v1&retries=0&max_retries=0",
+    )
     result = run_episode(sc, 0, {"bidder_0": "rule_expert"})  # it pitches for the pool
     counts = judge_counts(result.round_log)
     assert counts["verdicts"] == counts["fallbacks"] > 0
@@ -292,10 +356,24 @@ def test_an_unreachable_llm_judge_falls_back_on_every_verdict() -> None:
 
 # --- the command line -------------------------------------------------------------------------------
 
+
 def test_run_prints_the_failures_and_strict_fails_the_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = ["run", "single_trade", "--seeds", "0:2", "--seat", "bidder_0=py:test_agent_health:Boom",
-            "--out", str(tmp_path), "--workers", "1", "--no-progress", "--no-transcripts"]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [
+        "run",
+        "single_trade",
+        "--seeds",
+        "0:2",
+        "--seat",
+        "bidder_0=py:test_agent_health:Boom",
+        "--out",
+        str(tmp_path),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--no-transcripts",
+    ]
     assert cli(base) == 0  # without --strict the run succeeds, but says so loudly
     out = flat(capsys.readouterr().out)
     assert "WARNING" in out and "bidder_0 (py:test_agent_health:Boom) fell back on 100%" in out
@@ -304,20 +382,41 @@ def test_run_prints_the_failures_and_strict_fails_the_run(
     err = flat(capsys.readouterr().err)
     assert "--strict: bidder_0 (py:test_agent_health:Boom) fell back on" in err
     assert cli([*base, "--strict", "100%"]) == 0  # nobody failed more than all decisions
-    assert cli(["run", "single_trade", "--seeds", "0:2", "--out", str(tmp_path / "clean"),
-                "--workers", "1", "--no-progress", "--no-transcripts", "--strict"]) == 0
+    assert (
+        cli(
+            [
+                "run",
+                "single_trade",
+                "--seeds",
+                "0:2",
+                "--out",
+                str(tmp_path / "clean"),
+                "--workers",
+                "1",
+                "--no-progress",
+                "--no-transcripts",
+                "--strict",
+            ]
+        )
+        == 0
+    )
     assert "agent health: no fallbacks, agent errors, timeouts or repairs" in flat(
-        capsys.readouterr().out)
+        capsys.readouterr().out
+    )
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--strict", "2"], "--strict '2': give a share from 0 to 1"),
-    (["--strict", "lots"], "--strict 'lots': give the share of failed decisions"),
-    (["--agent-timeout", "-1"], "--agent-timeout '-1': give seconds from 0 up"),
-    (["--agent-timeout", "soon"], "--agent-timeout 'soon': give seconds from 0 up"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--strict", "2"], "--strict '2': give a share from 0 to 1"),
+        (["--strict", "lots"], "--strict 'lots': give the share of failed decisions"),
+        (["--agent-timeout", "-1"], "--agent-timeout '-1': give seconds from 0 up"),
+        (["--agent-timeout", "soon"], "--agent-timeout 'soon': give seconds from 0 up"),
+    ],
+)
 def test_bad_strict_and_timeout_values_are_usage_errors(
-        flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
         cli(["run", "single_trade", "--out", str(tmp_path), *flags])
     assert exc.value.code == 2 and message in capsys.readouterr().err
@@ -325,31 +424,70 @@ def test_bad_strict_and_timeout_values_are_usage_errors(
 
 
 def test_agent_timeout_flag_applies_and_a_run_resumes_with_another_limit(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = ["run", "single_trade", "--seat", "bidder_0=py:test_agent_health:HangsAtFirstBid",
-            "--out", str(tmp_path), "--workers", "1", "--no-progress", "--no-transcripts"]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [
+        "run",
+        "single_trade",
+        "--seat",
+        "bidder_0=py:test_agent_health:HangsAtFirstBid",
+        "--out",
+        str(tmp_path),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--no-transcripts",
+    ]
     assert finishes(lambda: cli([*base, "--seeds", "0:1", "--agent-timeout", str(LIMIT)])) == 0
     assert "timed out" in flat(capsys.readouterr().out)
     # the limit is not part of the run's configuration: another one resumes the same folder
-    assert finishes(lambda: cli([*base, "--seeds", "0:2", "--agent-timeout", "0.3",
-                                 "--strict", "0.99"])) == 0
+    assert (
+        finishes(
+            lambda: cli([*base, "--seeds", "0:2", "--agent-timeout", "0.3", "--strict", "0.99"])
+        )
+        == 0
+    )
     rows = read_results(tmp_path / "single_trade")
     assert sorted({r["seed"] for r in rows}) == [0, 1]
     assert all(r["timeouts"] > 0 for r in rows if r["seat"] == "bidder_0")
 
 
 def test_eval_and_tournament_report_failures_and_honour_strict(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     boom = "py:test_agent_health:Boom"
-    args = ["eval", "--agents", f"truthful,{boom}", "--scenarios", "single_trade", "--seeds", "0:2",
-            "--out", str(tmp_path / "eval"), "--workers", "1", "--no-progress"]
+    args = [
+        "eval",
+        "--agents",
+        f"truthful,{boom}",
+        "--scenarios",
+        "single_trade",
+        "--seeds",
+        "0:2",
+        "--out",
+        str(tmp_path / "eval"),
+        "--workers",
+        "1",
+        "--no-progress",
+    ]
     assert cli([*args, "--strict", "0.5"]) == STRICT_EXIT
     captured = capsys.readouterr()
     out = flat(captured.out)
     assert "single_trade/py_test_agent_health_Boom-" in out  # the seat's run folder
     assert f"bidder_0 ({boom}) fell back on 100%" in out and "--strict" in captured.err
-    tour = ["tournament", "--bidders", f"truthful,{boom}", "--scenario", "single_trade",
-            "--seeds", "0:1", "--out", str(tmp_path / "tour"), "--workers", "1"]
+    tour = [
+        "tournament",
+        "--bidders",
+        f"truthful,{boom}",
+        "--scenario",
+        "single_trade",
+        "--seeds",
+        "0:1",
+        "--out",
+        str(tmp_path / "tour"),
+        "--workers",
+        "1",
+    ]
     assert cli([*tour, "--strict"]) == STRICT_EXIT
     out = flat(capsys.readouterr().out)
     assert f"bidder ({boom}) fell back on 100%" in out
@@ -358,13 +496,28 @@ def test_eval_and_tournament_report_failures_and_honour_strict(
 
 
 def test_an_llm_judge_that_always_falls_back_fails_a_strict_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     toml = tmp_path / "dead_judge.toml"
-    toml.write_text('extends = "coalition_market"\nname = "dead_judge"\n'
-                    'judge = "llm:openai?model=m&base_url=http://127.0.0.1:9/v1&retries=0'
-                    '&max_retries=0"\n')
-    args = ["run", str(toml), "--seeds", "0:1", "--seat", "bidder_0=rule_expert", "--out",
-            str(tmp_path), "--workers", "1", "--no-progress", "--no-transcripts"]
+    toml.write_text(
+        'extends = "coalition_market"\nname = "dead_judge"\n'
+        'judge = "llm:openai?model=m&base_url=http://127.0.0.1:9/v1&retries=0'
+        '&max_retries=0"\n'
+    )
+    args = [
+        "run",
+        str(toml),
+        "--seeds",
+        "0:1",
+        "--seat",
+        "bidder_0=rule_expert",
+        "--out",
+        str(tmp_path),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--no-transcripts",
+    ]
     assert cli([*args, "--strict", "0.5"]) == STRICT_EXIT
     out = flat(capsys.readouterr().out)
     assert "judge (LLM judge m) fell back on 100%" in out and "LLM judge failed" in out
@@ -372,10 +525,17 @@ def test_an_llm_judge_that_always_falls_back_fails_a_strict_run(
 
 # --- the HTML report ----------------------------------------------------------------------------------
 
+
 def test_report_shows_failures_on_top_and_names_episodes_by_seed(tmp_path: Path) -> None:
     out = tmp_path / "r"
-    run_scenario("single_trade", [3, 0], {"bidder_0": "py:test_agent_health:Boom"}, out,
-                 workers=1, progress=False)
+    run_scenario(
+        "single_trade",
+        [3, 0],
+        {"bidder_0": "py:test_agent_health:Boom"},
+        out,
+        workers=1,
+        progress=False,
+    )
     html = write_report(out, tmp_path / "report.html").read_text()
     top = html.index('id="health"')
     assert top < html.index('id="index"')  # above everything else
@@ -393,8 +553,9 @@ def test_a_component_has_one_colour_in_every_chart(tmp_path: Path) -> None:
     # two scenarios with different sets of components (market_round adds the designer's
     # composite, talk costs and trades): a name's colour must not depend on which others exist
     run_scenario("single_trade", [0], None, tmp_path / "a", workers=1, progress=False)
-    run_scenario("market_round", [0], {"bidder_0": "rule_expert"}, tmp_path / "b", workers=1,
-                 progress=False)
+    run_scenario(
+        "market_round", [0], {"bidder_0": "rule_expert"}, tmp_path / "b", workers=1, progress=False
+    )
     html = write_report([tmp_path / "a", tmp_path / "b"], tmp_path / "report.html").read_text()
     strokes: dict[str, set[str]] = {}
     legends: dict[str, set[str]] = {}
@@ -410,7 +571,8 @@ def test_a_component_has_one_colour_in_every_chart(tmp_path: Path) -> None:
         for part in figure.split('<span class="sw c')[1:]:
             index, rest = part.split('"', 1)
             legends.setdefault(rest.split("</span>", 1)[1].split("</li>", 1)[0], set()).add(
-                PALETTE[int(index)])
+                PALETTE[int(index)]
+            )
         charts.append(names)
     assert len({frozenset(c) for c in charts}) > 1  # charts with different component sets
     assert {"job_value", "auction_payments", "composite"} <= set(strokes)

@@ -19,8 +19,19 @@ def _subcommands() -> list[str]:
 
 def test_the_parser_knows_every_documented_command() -> None:
     # the list below is the README's command table; a new command must be documented there too
-    assert {"run", "eval", "tournament", "replay", "report", "show", "train", "export-sft",
-            "bench", "validate", "agents"} <= set(_subcommands())
+    assert {
+        "run",
+        "eval",
+        "tournament",
+        "replay",
+        "report",
+        "show",
+        "train",
+        "export-sft",
+        "bench",
+        "validate",
+        "agents",
+    } <= set(_subcommands())
 
 
 @pytest.mark.parametrize("argv", [["-m", "market", "--help"], ["-m", "market", "-h"]])

@@ -70,8 +70,9 @@ reserve_price = 5.0
     return path
 
 
-def test_eval_table_on_a_hand_checkable_market(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_table_on_a_hand_checkable_market(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     flat = one_lab_market(tmp_path, "flat", "[30.0, 30.0]")
     drawn = one_lab_market(tmp_path, "drawn", "[20.0, 40.0]")
     seeds = [0, 1, 2]
@@ -86,9 +87,22 @@ def test_eval_table_on_a_hand_checkable_market(tmp_path: Path,
     half = 4.303 * math.sqrt(sum((x - mean) ** 2 for x in by_hand) / 2) / math.sqrt(3)
 
     out = tmp_path / "eval"
-    argv = ["eval", "--agents", f"truthful,{ABSTAINER}", "--scenarios", f"{flat},{drawn}",
-            "--seat", "bidder_0", "--seeds", "0:3", "--out", str(out), "--workers", "1",
-            "--no-progress"]
+    argv = [
+        "eval",
+        "--agents",
+        f"truthful,{ABSTAINER}",
+        "--scenarios",
+        f"{flat},{drawn}",
+        "--seat",
+        "bidder_0",
+        "--seeds",
+        "0:3",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-progress",
+    ]
     assert cli(argv) == 0
     printed = capsys.readouterr().out
     assert "0.250 +/- 0.000*" in printed and f"{mean:.3f} +/- {half:.3f}*" in printed
@@ -112,12 +126,21 @@ def test_eval_table_on_a_hand_checkable_market(tmp_path: Path,
 
 
 def test_eval_table_aggregates_like_mean_ci95() -> None:
-    table = EvalTable(["a", "b"], ["s"], "bidder_0", [0, 1, 2], {
-        ("a", "s"): Cell("a", "s", "bidder_0", {0: 1.0, 1: 2.0, 2: 3.0}),
-        ("b", "s"): Cell("b", "s", "bidder_0", {0: 1.0, 1: 1.0, 2: 4.0}),
-    })
+    table = EvalTable(
+        ["a", "b"],
+        ["s"],
+        "bidder_0",
+        [0, 1, 2],
+        {
+            ("a", "s"): Cell("a", "s", "bidder_0", {0: 1.0, 1: 2.0, 2: 3.0}),
+            ("b", "s"): Cell("b", "s", "bidder_0", {0: 1.0, 1: 1.0, 2: 4.0}),
+        },
+    )
     # then the usage columns: scripted seats use no model tokens
-    assert table.grid() == [["a", "2.000 ± 2.484*", "0", "0.0000"], ["b", "2.000 ± 4.303", "0", "0.0000"]]
+    assert table.grid() == [
+        ["a", "2.000 ± 2.484*", "0", "0.0000"],
+        ["b", "2.000 ± 4.303", "0", "0.0000"],
+    ]
     assert table.paired("a", "b", "s") == pytest.approx((0.0, 4.303 / math.sqrt(3)))  # 0, 1, -1
     head, first = table.csv().splitlines()[:2]
     assert head == "scenario,agent,seat,n,mean,ci95,low,high,tokens,cost_usd"
@@ -129,20 +152,35 @@ def test_eval_table_aggregates_like_mean_ci95() -> None:
 
 
 def test_eval_cells_are_the_episodes_returns(tmp_path: Path) -> None:
-    table = evaluate(["rule_expert", "truthful"], ["market_round"], "bidder_1", range(3),
-                     tmp_path, workers=2, progress=False)
+    table = evaluate(
+        ["rule_expert", "truthful"],
+        ["market_round"],
+        "bidder_1",
+        range(3),
+        tmp_path,
+        workers=2,
+        progress=False,
+    )
     for agent in ("rule_expert", "truthful"):
-        direct = [run_episode("market_round", s, {"bidder_1": agent}).returns["bidder_1"]
-                  for s in range(3)]
+        direct = [
+            run_episode("market_round", s, {"bidder_1": agent}).returns["bidder_1"]
+            for s in range(3)
+        ]
         assert table.cells[(agent, "market_round")].returns == dict(enumerate(direct))
         assert table.cells[(agent, "market_round")].mean_ci == mean_ci95(direct)
 
 
 def test_mechanism_report_matches_episodes_played_directly(tmp_path: Path) -> None:
     seeds = range(3)
-    report = evaluate_mechanisms("mechanism_stage_1", seeds, tmp_path, workers=2,
-                                 candidates=["robust", "random"],
-                                 alternatives=["truthful", "shader"], progress=False)
+    report = evaluate_mechanisms(
+        "mechanism_stage_1",
+        seeds,
+        tmp_path,
+        workers=2,
+        candidates=["robust", "random"],
+        alternatives=["truthful", "shader"],
+        progress=False,
+    )
     assert report.mechanisms == ["robust", "random"]
     sc = load_scenario("mechanism_stage_1")
     robust = load_scenario(sc, mechanism={**sc.mechanism.model_dump(), **ROBUST})
@@ -151,18 +189,23 @@ def test_mechanism_report_matches_episodes_played_directly(tmp_path: Path) -> No
         base = [run_episode(scenario, s, {"designer_0": designer}) for s in seeds]
         composite = [r.returns["designer_0"] / len(r.round_log) for r in base]
         assert report.metric(name, "composite") == pytest.approx(mean_ci95(composite))
-        fairness = [sum(x["designer"]["fairness"] for x in r.round_log) / len(r.round_log)
-                    for r in base]
+        fairness = [
+            sum(x["designer"]["fairness"] for x in r.round_log) / len(r.round_log) for r in base
+        ]
         assert report.metric(name, "fairness") == pytest.approx(mean_ci95(fairness))
         assert report.metric(name, "revenue") == pytest.approx(mean_ci95([r.revenue for r in base]))
         devs = {d.bidder_type: d for d in report.deviations[name]}
         assert set(devs) == {"shader", "truthful"}
         assert devs["shader"].seat == "bidder_0" and devs["truthful"].seat == "bidder_2"
         assert list(devs["shader"].alternatives) == ["truthful"]
-        swapped = [run_episode(scenario, s, {"designer_0": designer, "bidder_0": "truthful"})
-                   for s in seeds]
-        gain = [b.returns["bidder_0"] - a.returns["bidder_0"] for a, b in zip(base, swapped,
-                                                                               strict=True)]
+        swapped = [
+            run_episode(scenario, s, {"designer_0": designer, "bidder_0": "truthful"})
+            for s in seeds
+        ]
+        gain = [
+            b.returns["bidder_0"] - a.returns["bidder_0"]
+            for a, b in zip(base, swapped, strict=True)
+        ]
         assert devs["shader"].gain("truthful") == pytest.approx(mean_ci95(gain))
         assert devs["shader"].best[0] == "truthful"
     for name in ("mechanisms.csv", "mechanisms.md", "deviations.csv", "mechanisms.html"):
@@ -181,8 +224,9 @@ def test_daedalus_headline_robust_fixed_mechanism_beats_random_mechanisms(tmp_pa
     fixed mechanism (second price, low reserve, clearing price revealed, suspected collusion
     penalised) earns the designer a higher composite reward than uniformly random mechanisms,
     paired on the same worlds. The DAEDALUS card reports 0.434 vs 0.326 on its own simulator."""
-    table = evaluate(["fixed", "random"], STAGES, "designer_0", range(6), tmp_path, workers=2,
-                     progress=False)
+    table = evaluate(
+        ["fixed", "random"], STAGES, "designer_0", range(6), tmp_path, workers=2, progress=False
+    )
     per_round: dict[str, list[float]] = {"fixed": [], "random": []}
     for stage in STAGES:
         rounds = load_scenario(stage).rounds
@@ -193,9 +237,11 @@ def test_daedalus_headline_robust_fixed_mechanism_beats_random_mechanisms(tmp_pa
     assert len(fixed) == len(random_) == 30
     diff, half = mean_ci95([a - b for a, b in zip(fixed, random_, strict=True)])
     (fm, fh), (rm, rh) = mean_ci95(fixed), mean_ci95(random_)
-    print(f"\nDAEDALUS headline, designer composite per round over 30 curriculum episodes: "
-          f"robust fixed {fm:.3f} ± {fh:.3f} vs random {rm:.3f} ± {rh:.3f}; "
-          f"paired difference {diff:+.3f} ± {half:.3f}")
+    print(
+        f"\nDAEDALUS headline, designer composite per round over 30 curriculum episodes: "
+        f"robust fixed {fm:.3f} ± {fh:.3f} vs random {rm:.3f} ± {rh:.3f}; "
+        f"paired difference {diff:+.3f} ± {half:.3f}"
+    )
     assert diff - half > 0
 
 
@@ -208,8 +254,15 @@ def test_gpu_arena_headline_rule_expert_beats_the_other_scripted_baselines(tmp_p
     tests/agents/test_population_ordering.py proves it against always_accept, greedy_hoarder and
     random_valid (and the spammers); this adds no_negotiation, truthful and shader."""
     others = ["no_negotiation", "truthful", "shader"]
-    table = evaluate(["rule_expert", *others], GPU_ARENA, "bidder_0", range(30), tmp_path,
-                     workers=2, progress=False)
+    table = evaluate(
+        ["rule_expert", *others],
+        GPU_ARENA,
+        "bidder_0",
+        range(30),
+        tmp_path,
+        workers=2,
+        progress=False,
+    )
     for scenario in GPU_ARENA:
         for other in others:
             mean, half = table.paired("rule_expert", other, scenario)

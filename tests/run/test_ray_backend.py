@@ -62,30 +62,53 @@ def test_private_ray_gives_the_local_results_and_ships_transcripts(tmp_path: Pat
     from market.record.replay import replay
 
     seeds = range(10)
-    on_ray = run_scenario("market_round", seeds, {"bidder_0": "rule_expert"}, tmp_path / "ray",
-                          backend="ray", progress=False)
-    local = run_scenario("market_round", seeds, {"bidder_0": "rule_expert"}, tmp_path / "local",
-                         workers=1, progress=False)
+    on_ray = run_scenario(
+        "market_round",
+        seeds,
+        {"bidder_0": "rule_expert"},
+        tmp_path / "ray",
+        backend="ray",
+        progress=False,
+    )
+    local = run_scenario(
+        "market_round",
+        seeds,
+        {"bidder_0": "rule_expert"},
+        tmp_path / "local",
+        workers=1,
+        progress=False,
+    )
     assert on_ray.complete and sorted(on_ray.played) == list(seeds)
     assert comparable(on_ray.rows) == comparable(local.rows)
     for seed in seeds:
         shipped = tmp_path / "ray" / "transcripts" / f"{seed}.jsonl"
         row = next(r for r in on_ray.rows if r["seed"] == seed)
         assert row["transcript"] == str(shipped)  # the driver's path, not the worker's temp dir
-        assert step_events(shipped) == step_events(tmp_path / "local" / "transcripts" / f"{seed}.jsonl")
+        assert step_events(shipped) == step_events(
+            tmp_path / "local" / "transcripts" / f"{seed}.jsonl"
+        )
         assert replay(shipped).ok
     assert not list((tmp_path / "ray" / "transcripts").glob("*.part"))
 
 
 def test_ray_run_resumes_from_the_folder(tmp_path: Path) -> None:
-    first = run_scenario("single_trade", range(4), None, tmp_path, backend="ray",
-                         transcripts=False, progress=False)
-    second = run_scenario("single_trade", range(7), None, tmp_path, backend="ray",
-                          transcripts=False, progress=False)
+    first = run_scenario(
+        "single_trade", range(4), None, tmp_path, backend="ray", transcripts=False, progress=False
+    )
+    second = run_scenario(
+        "single_trade", range(7), None, tmp_path, backend="ray", transcripts=False, progress=False
+    )
     assert sorted(first.played) == [0, 1, 2, 3]
     assert sorted(second.skipped) == [0, 1, 2, 3] and sorted(second.played) == [4, 5, 6]
-    alone = run_scenario("single_trade", range(7), None, tmp_path / "alone", workers=1,
-                         transcripts=False, progress=False)
+    alone = run_scenario(
+        "single_trade",
+        range(7),
+        None,
+        tmp_path / "alone",
+        workers=1,
+        transcripts=False,
+        progress=False,
+    )
     assert comparable(second.rows) == comparable(alone.rows)
 
 
@@ -94,13 +117,33 @@ def test_a_function_error_on_a_worker_reaches_the_caller_as_itself() -> None:
         dict(ray_map(math.sqrt, [4.0, -1.0, 9.0], batch=1))
 
 
-def test_no_head_at_the_address_is_a_quick_clear_error(tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_head_at_the_address_is_a_quick_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(RunConfigError, match=r"no Ray head answers at 127\.0\.0\.1:1 "):
-        run_scenario("single_trade", range(2), None, tmp_path, backend="ray",
-                     address="127.0.0.1:1", progress=False)
-    code = cli_main(["run", "single_trade", "--seeds", "0:2", "--backend", "ray", "--address",
-                     "not-an-address", "--out", str(tmp_path)])
+        run_scenario(
+            "single_trade",
+            range(2),
+            None,
+            tmp_path,
+            backend="ray",
+            address="127.0.0.1:1",
+            progress=False,
+        )
+    code = cli_main(
+        [
+            "run",
+            "single_trade",
+            "--seeds",
+            "0:2",
+            "--backend",
+            "ray",
+            "--address",
+            "not-an-address",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "give the head's HOST:PORT" in err and "Traceback" not in err
     with pytest.raises(RayBackendError, match="HOST:PORT"):
@@ -114,10 +157,21 @@ def run_case(case: str, out: Path) -> dict[str, Any]:
     """Run a tests/ray_cluster.py case in its own network namespace (loopback only)."""
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
         skip_or_fail("the cluster tests need root, unshare and ip (a private network namespace)")
-    cmd = ["unshare", "-n", "sh", "-c",
-           f"ip link set lo up && exec {sys.executable} {TESTS / 'ray_cluster.py'} {case} {out}"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])})
+    cmd = [
+        "unshare",
+        "-n",
+        "sh",
+        "-c",
+        f"ip link set lo up && exec {sys.executable} {TESTS / 'ray_cluster.py'} {case} {out}",
+    ]
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads((out / "case.json").read_text())
 
@@ -134,14 +188,48 @@ def test_two_node_cluster_evaluation_and_tournament_match_the_local_backend(tmp_
     code, _, err = report["tournament"]
     assert code == 0, err
     local = tmp_path / "local"
-    assert cli_main(["eval", "--agents", "rule_expert,random_valid", "--scenarios",
-                     "single_trade,market_round", "--seeds", "0:12", "--transcripts", "--workers",
-                     "1", "--out", str(local / "eval"), "--no-progress"]) == 0
-    assert cli_main(["tournament", "--bidders", "rule_expert,truthful,random_valid", "--scenario",
-                     "market_round", "--seeds", "0:4", "--workers", "1", "--out",
-                     str(local / "tournament")]) == 0
+    assert (
+        cli_main(
+            [
+                "eval",
+                "--agents",
+                "rule_expert,random_valid",
+                "--scenarios",
+                "single_trade,market_round",
+                "--seeds",
+                "0:12",
+                "--transcripts",
+                "--workers",
+                "1",
+                "--out",
+                str(local / "eval"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    assert (
+        cli_main(
+            [
+                "tournament",
+                "--bidders",
+                "rule_expert,truthful,random_valid",
+                "--scenario",
+                "market_round",
+                "--seeds",
+                "0:4",
+                "--workers",
+                "1",
+                "--out",
+                str(local / "tournament"),
+            ]
+        )
+        == 0
+    )
     cluster = tmp_path / "cluster"
-    assert (cluster / "eval" / "eval.csv").read_bytes() == (local / "eval" / "eval.csv").read_bytes()
+    assert (cluster / "eval" / "eval.csv").read_bytes() == (
+        local / "eval" / "eval.csv"
+    ).read_bytes()
     for results in sorted((local / "eval").glob("*/*/results.jsonl")):
         twin = cluster / "eval" / results.relative_to(local / "eval")
         rows = [json.loads(x) for x in twin.read_text().splitlines()]
@@ -152,8 +240,9 @@ def test_two_node_cluster_evaluation_and_tournament_match_the_local_backend(tmp_
     assert len(shipped) == 2 * 2 * 12
     assert all(replay(path).ok for path in shipped[:8])
     for name in ("ratings.csv", "summary.json"):
-        assert (cluster / "tournament" / name).read_bytes() == \
-            (local / "tournament" / name).read_bytes()
+        assert (cluster / "tournament" / name).read_bytes() == (
+            local / "tournament" / name
+        ).read_bytes()
 
 
 @pytest.mark.slow
@@ -173,18 +262,39 @@ def test_killing_a_worker_node_mid_run_loses_no_finished_episode(tmp_path: Path)
     rows = [json.loads(x) for x in final]
     assert len(rows) == KILL_SEEDS * seats
     assert len({(r["seed"], r["seat"]) for r in rows}) == len(rows)  # nothing recorded twice
-    local = run_scenario("large_market", range(KILL_SEEDS), None, tmp_path / "local",
-                         transcripts=False, progress=False)
+    local = run_scenario(
+        "large_market",
+        range(KILL_SEEDS),
+        None,
+        tmp_path / "local",
+        transcripts=False,
+        progress=False,
+    )
     key = lambda r: (r["seed"], r["seat"])  # noqa: E731
     assert comparable(sorted(rows, key=key)) == comparable(sorted(local.rows, key=key))
-    assert len(list((tmp_path / "kill" / "large_market" / "transcripts").glob("*.jsonl"))) == \
-        KILL_SEEDS
+    assert (
+        len(list((tmp_path / "kill" / "large_market" / "transcripts").glob("*.jsonl")))
+        == KILL_SEEDS
+    )
 
 
-def test_llm_pool_flags_are_refused_with_the_ray_backend(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli_main(["run", "single_trade", "--seeds", "0:2", "--backend", "ray",
-                     "--budget-tokens", "100", "--out", str(tmp_path)])
+def test_llm_pool_flags_are_refused_with_the_ray_backend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli_main(
+        [
+            "run",
+            "single_trade",
+            "--seeds",
+            "0:2",
+            "--backend",
+            "ray",
+            "--budget-tokens",
+            "100",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "--budget-tokens apply to LLM runs on the local backend" in err
     assert not (tmp_path / "single_trade").exists()  # nothing was started
@@ -195,8 +305,21 @@ def test_ctrl_c_keeps_finished_episodes_and_the_same_command_resumes(tmp_path: P
     import signal
     import time
 
-    cmd = [sys.executable, "-m", "market", "run", "large_market", "--seeds", "0:16", "--backend",
-           "ray", "--out", str(tmp_path), "--no-progress", "--no-transcripts"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "market",
+        "run",
+        "large_market",
+        "--seeds",
+        "0:16",
+        "--backend",
+        "ray",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--no-transcripts",
+    ]
     results = tmp_path / "large_market" / "results.jsonl"
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
@@ -210,7 +333,7 @@ def test_ctrl_c_keeps_finished_episodes_and_the_same_command_resumes(tmp_path: P
     assert proc.returncode == 130, err
     assert "finished and kept" in err and "Traceback" not in err
     after = results.read_text().splitlines()
-    assert after[:len(kept)] == kept and len(after) % 301 == 0 and len(after) < 16 * 301
+    assert after[: len(kept)] == kept and len(after) % 301 == 0 and len(after) < 16 * 301
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert f"{len(after) // 301} episode(s) were already complete" in again.stdout

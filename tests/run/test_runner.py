@@ -68,8 +68,10 @@ class BrokenReset(TruthfulBidder):
 def stable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows without wall time and file paths, in (seed, seat) order."""
     drop = ("seconds", "transcript")
-    return sorted(({k: v for k, v in r.items() if k not in drop} for r in rows),
-                  key=lambda r: (r["seed"], r["seat"]))
+    return sorted(
+        ({k: v for k, v in r.items() if k not in drop} for r in rows),
+        key=lambda r: (r["seed"], r["seat"]),
+    )
 
 
 def results_lines(out: Path) -> list[str]:
@@ -84,14 +86,25 @@ def test_run_folder_layout_and_rows_match_the_episodes(tmp_path: Path) -> None:
     seats = {"bidder_0": "rule_expert"}
     summary = run_scenario("market_round", range(3), seats, out, workers=1, progress=False)
     assert summary.played == [0, 1, 2] and summary.skipped == [] and summary.complete
-    assert sorted(p.name for p in out.iterdir()) == ["results.jsonl", "rounds.jsonl", "run.json",
-                                                     "transcripts"]
-    assert sorted(p.name for p in (out / "transcripts").iterdir()) == ["0.jsonl", "1.jsonl",
-                                                                       "2.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "results.jsonl",
+        "rounds.jsonl",
+        "run.json",
+        "transcripts",
+    ]
+    assert sorted(p.name for p in (out / "transcripts").iterdir()) == [
+        "0.jsonl",
+        "1.jsonl",
+        "2.jsonl",
+    ]
     manifest = json.loads((out / "run.json").read_text())
     assert manifest["config_hash"] == summary.config_hash
-    assert manifest["seats"] == {"designer_0": "fixed", "bidder_0": "rule_expert",
-                                 "bidder_1": "always_accept", "bidder_2": "random_valid"}
+    assert manifest["seats"] == {
+        "designer_0": "fixed",
+        "bidder_0": "rule_expert",
+        "bidder_1": "always_accept",
+        "bidder_2": "random_valid",
+    }
     assert manifest["scenario"] == load_scenario("market_round").model_dump(mode="json")
     rows = read_results(out)
     assert len(rows) == 3 * 4 and all(tuple(r) == ROW_KEYS for r in rows)
@@ -114,8 +127,9 @@ def test_run_folder_layout_and_rows_match_the_episodes(tmp_path: Path) -> None:
         assert row["tokens"] == {"prompt": 0, "completion": 0, "total": 0}
         assert summary.round_logs[seed] == json.loads(json.dumps(episode.round_log))
     assert replay(out / "transcripts" / "1.jsonl").ok
-    assert summary.returns("bidder_0") == {r["seed"]: r["return"] for r in rows
-                                           if r["seat"] == "bidder_0"}
+    assert summary.returns("bidder_0") == {
+        r["seed"]: r["return"] for r in rows if r["seat"] == "bidder_0"
+    }
 
 
 def test_resume_skips_complete_episodes(tmp_path: Path) -> None:
@@ -136,8 +150,9 @@ def test_resume_skips_complete_episodes(tmp_path: Path) -> None:
 def test_refuses_to_mix_configurations(tmp_path: Path) -> None:
     out = tmp_path / "run"
     run_scenario("single_trade", range(2), None, out, workers=1, progress=False)
-    with pytest.raises(RunConfigError, match="seat bidder_0 holds 'truthful' there but "
-                                             "'random_valid' now.*--fresh"):
+    with pytest.raises(
+        RunConfigError, match="seat bidder_0 holds 'truthful' there but 'random_valid' now.*--fresh"
+    ):
         run_scenario("single_trade", range(2), {"bidder_0": "random_valid"}, out, progress=False)
     with pytest.raises(RunConfigError, match=r"scenario\.rounds is 3 there but 2 now"):
         run_scenario(load_scenario("single_trade", rounds=2), range(2), None, out, progress=False)
@@ -147,23 +162,32 @@ def test_refuses_to_mix_configurations(tmp_path: Path) -> None:
         run_scenario("single_trade", range(2), {"bidder_0": "nobody"}, out, progress=False)
     with pytest.raises(RunConfigError, match="spec strings"):
         run_scenario("single_trade", range(2), {"bidder_0": TruthfulBidder()}, out, progress=False)
-    fresh = run_scenario("single_trade", range(1), {"bidder_0": "random_valid"}, out, workers=1,
-                         progress=False, fresh=True)
+    fresh = run_scenario(
+        "single_trade",
+        range(1),
+        {"bidder_0": "random_valid"},
+        out,
+        workers=1,
+        progress=False,
+        fresh=True,
+    )
     assert fresh.played == [0] and len(results_lines(out)) == 2
     assert sorted(p.name for p in (out / "transcripts").iterdir()) == ["0.jsonl"]
 
 
 def test_cut_and_incomplete_rows_are_dropped_and_replayed(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    whole = run_scenario("market_round", range(4), None, out, workers=1, progress=False,
-                         transcripts=False)
+    whole = run_scenario(
+        "market_round", range(4), None, out, workers=1, progress=False, transcripts=False
+    )
     lines = results_lines(out)
     # seed 3's episode lost its last row, and a line was cut mid-write
     kept = [line for line in lines if json.loads(line)["seed"] != 3]
     seed3 = [line for line in lines if json.loads(line)["seed"] == 3]
     (out / RESULTS).write_text("\n".join(kept + seed3[:2]) + "\n" + seed3[2][:40])
-    again = run_scenario("market_round", range(4), None, out, workers=1, progress=False,
-                         transcripts=False)
+    again = run_scenario(
+        "market_round", range(4), None, out, workers=1, progress=False, transcripts=False
+    )
     assert again.played == [3] and again.skipped == [0, 1, 2]
     assert stable(read_results(out)) == stable(whole.rows)
     assert len(results_lines(out)) == 16
@@ -172,41 +196,81 @@ def test_cut_and_incomplete_rows_are_dropped_and_replayed(tmp_path: Path) -> Non
 def test_parallel_runs_equal_serial_runs(tmp_path: Path) -> None:
     seeds = range(8)
     seats = {"designer_0": "random"}
-    serial = run_scenario("mechanism_stage_3", seeds, seats, tmp_path / "serial", workers=1,
-                          progress=False, transcripts=False)
-    pooled = run_scenario("mechanism_stage_3", seeds, seats, tmp_path / "pool", workers=2,
-                          progress=False, transcripts=False)
+    serial = run_scenario(
+        "mechanism_stage_3",
+        seeds,
+        seats,
+        tmp_path / "serial",
+        workers=1,
+        progress=False,
+        transcripts=False,
+    )
+    pooled = run_scenario(
+        "mechanism_stage_3",
+        seeds,
+        seats,
+        tmp_path / "pool",
+        workers=2,
+        progress=False,
+        transcripts=False,
+    )
     assert stable(serial.rows) == stable(pooled.rows)
     assert serial.round_logs == pooled.round_logs
     # and in two sittings
-    run_scenario("mechanism_stage_3", [5, 1, 6], seats, tmp_path / "split", workers=2,
-                 progress=False, transcripts=False)
-    split = run_scenario("mechanism_stage_3", seeds, seats, tmp_path / "split", workers=2,
-                         progress=False, transcripts=False)
+    run_scenario(
+        "mechanism_stage_3",
+        [5, 1, 6],
+        seats,
+        tmp_path / "split",
+        workers=2,
+        progress=False,
+        transcripts=False,
+    )
+    split = run_scenario(
+        "mechanism_stage_3",
+        seeds,
+        seats,
+        tmp_path / "split",
+        workers=2,
+        progress=False,
+        transcripts=False,
+    )
     assert split.skipped == [1, 5, 6]
     assert stable(split.rows) == stable(serial.rows)
 
 
 def test_agent_errors_fallbacks_and_tokens_are_counted(tmp_path: Path) -> None:
     spec = "py:test_runner:FlakyTokenBidder"
-    summary = run_scenario("single_trade", range(2), {"bidder_0": spec}, tmp_path / "r",
-                           workers=1, progress=False, transcripts=False)
+    summary = run_scenario(
+        "single_trade",
+        range(2),
+        {"bidder_0": spec},
+        tmp_path / "r",
+        workers=1,
+        progress=False,
+        transcripts=False,
+    )
     for seed in range(2):
         row = next(r for r in summary.rows if r["seed"] == seed and r["seat"] == "bidder_0")
         episode = run_episode("single_trade", seed, {"bidder_0": spec})
         calls = row["tokens"]["prompt"] // 10
         assert row["agent_errors"] == episode.agent_errors["bidder_0"] == calls // 3 > 0
         assert row["fallbacks"] == row["agent_errors"]
-        assert row["tokens"] == {"prompt": 10 * calls, "completion": 2 * calls,
-                                 "total": 12 * calls}
+        assert row["tokens"] == {"prompt": 10 * calls, "completion": 2 * calls, "total": 12 * calls}
         assert row["last_agent_error"] == "RuntimeError: flaky"
         assert row["stats"]["prompt_tokens"] == 10 * calls
 
 
 def test_a_failing_episode_is_reported_and_not_recorded(tmp_path: Path) -> None:
     out = tmp_path / "r"
-    summary = run_scenario("single_trade", range(2), {"bidder_0": "py:test_runner:BrokenReset"},
-                           out, workers=1, progress=False)
+    summary = run_scenario(
+        "single_trade",
+        range(2),
+        {"bidder_0": "py:test_runner:BrokenReset"},
+        out,
+        workers=1,
+        progress=False,
+    )
     assert set(summary.failed) == {0, 1} and "cannot reset" in summary.failed[0]
     assert not summary.complete and summary.rows == [] and results_lines(out) == []
 
@@ -217,11 +281,26 @@ def test_a_failing_episode_is_reported_and_not_recorded(tmp_path: Path) -> None:
 def test_ctrl_c_keeps_finished_episodes_and_a_rerun_completes_them(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     seats = ["--seat", "bidder_0=py:test_runner:SlowTruthful"]
-    argv = [sys.executable, "-m", "market", "run", "market_round", "--seeds", "0:40",
-            "--workers", "2", "--out", str(out), "--no-progress", "--no-transcripts", *seats]
+    argv = [
+        sys.executable,
+        "-m",
+        "market",
+        "run",
+        "market_round",
+        "--seeds",
+        "0:40",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--no-transcripts",
+        *seats,
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)])}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=tmp_path)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+    )
     results = out / "market_round" / RESULTS
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -236,22 +315,29 @@ def test_ctrl_c_keeps_finished_episodes_and_a_rerun_completes_them(tmp_path: Pat
     kept = read_results(out / "market_round")
     done = {r["seed"] for r in kept}
     assert 3 <= len(done) < 40 and len(kept) == 4 * len(done)  # whole episodes only
-    rerun = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path,
-                           timeout=300)
+    rerun = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert f"{len(done)} episode(s) were already complete" in rerun.stdout
     rows = read_results(out / "market_round")
     assert len(rows) == 40 * 4
-    whole = run_scenario("market_round", range(40), {"bidder_0": "py:test_runner:SlowTruthful"},
-                         tmp_path / "whole", workers=2, progress=False, transcripts=False)
+    whole = run_scenario(
+        "market_round",
+        range(40),
+        {"bidder_0": "py:test_runner:SlowTruthful"},
+        tmp_path / "whole",
+        workers=2,
+        progress=False,
+        transcripts=False,
+    )
     assert stable(rows) == stable(whole.rows)
 
 
 # --------------------------------------------------------------------------------- the CLI
 
 
-def test_cli_run_resumes_refuses_and_starts_fresh(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_run_resumes_refuses_and_starts_fresh(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base = ["run", "single_trade", "--workers", "1", "--out", str(tmp_path), "--no-progress"]
     assert cli([*base, "--seeds", "0:2"]) == 0
     out = capsys.readouterr().out
@@ -264,16 +350,30 @@ def test_cli_run_resumes_refuses_and_starts_fresh(tmp_path: Path,
     assert cli([*base, "--seeds", "0:1", "--seat", "bidder_1=random_valid", "--fresh"]) == 0
     assert len(read_results(tmp_path / "single_trade")) == 2
     json_out = tmp_path / "e.json"
-    assert cli([*base, "--seeds", "0:1", "--seat", "bidder_1=random_valid", "--json",
-                str(json_out)]) == 0
+    assert (
+        cli([*base, "--seeds", "0:1", "--seat", "bidder_1=random_valid", "--json", str(json_out)])
+        == 0
+    )
     episodes = json.loads(json_out.read_text())
     assert [e["seed"] for e in episodes] == [0] and len(episodes[0]["rounds"]) == 3
 
 
-def test_cli_run_exit_1_when_an_episode_fails(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["run", "single_trade", "--seeds", "0:1", "--workers", "1", "--out", str(tmp_path),
-            "--no-progress", "--seat", "bidder_0=py:test_runner:BrokenReset"]
+def test_cli_run_exit_1_when_an_episode_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "run",
+        "single_trade",
+        "--seeds",
+        "0:1",
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--seat",
+        "bidder_0=py:test_runner:BrokenReset",
+    ]
     assert cli(argv) == 1
     assert "episode seed 0 failed: RuntimeError: cannot reset" in capsys.readouterr().err
 
@@ -295,14 +395,34 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 
 @pytest.mark.parametrize("case", ["bad_key", "bad_value", "bad_toml", "bad_parent", "missing"])
-def test_bad_scenarios_give_one_line_and_exit_2(tmp_path: Path, case: str,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_scenarios_give_one_line_and_exit_2(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path, words = bad_files(tmp_path)[case]
-    for argv in (["run", str(path), "--seeds", "0:1", "--out", str(tmp_path / "o")],
-                 ["eval", "--scenarios", f"single_trade,{path}", "--agents", "truthful",
-                  "--seeds", "0:1", "--out", str(tmp_path / "e")],
-                 ["eval", "--mechanisms", "--scenario", str(path), "--seeds", "0:1",
-                  "--out", str(tmp_path / "m")]):
+    for argv in (
+        ["run", str(path), "--seeds", "0:1", "--out", str(tmp_path / "o")],
+        [
+            "eval",
+            "--scenarios",
+            f"single_trade,{path}",
+            "--agents",
+            "truthful",
+            "--seeds",
+            "0:1",
+            "--out",
+            str(tmp_path / "e"),
+        ],
+        [
+            "eval",
+            "--mechanisms",
+            "--scenario",
+            str(path),
+            "--seeds",
+            "0:1",
+            "--out",
+            str(tmp_path / "m"),
+        ],
+    ):
         assert cli(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1, err
@@ -312,12 +432,18 @@ def test_bad_scenarios_give_one_line_and_exit_2(tmp_path: Path, case: str,
 
 def test_bad_scenario_in_a_real_process_has_no_traceback(tmp_path: Path) -> None:
     path, _ = bad_files(tmp_path)["bad_key"]
-    proc = subprocess.run([sys.executable, "-m", "market", "run", str(path), "--seeds", "0:1"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "market", "run", str(path), "--seeds", "0:1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"gpumarket run: {path}: key 'labs.cuont': unknown key (check its spelling against "
-        "docs/scenarios.md)")
+        "docs/scenarios.md)"
+    )
     assert proc.stdout == ""
 
 

@@ -40,8 +40,14 @@ def test_every_scripting_name_is_exported_and_is_the_real_function() -> None:
 
 
 def test_a_two_seed_run_through_the_package_replays(tmp_path: Path) -> None:
-    summary = market.run_scenario("single_trade", range(2), {"bidder_0": "truthful"},
-                                  tmp_path / "run", workers=1, progress=False)
+    summary = market.run_scenario(
+        "single_trade",
+        range(2),
+        {"bidder_0": "truthful"},
+        tmp_path / "run",
+        workers=1,
+        progress=False,
+    )
     assert summary.complete and summary.episodes == [0, 1]
     direct = market.run_episode("single_trade", 1, {"bidder_0": "truthful"})
     assert summary.returns("bidder_0")[1] == direct.returns["bidder_0"]
@@ -56,16 +62,30 @@ def test_clear_through_the_package() -> None:
 
 
 def test_evaluate_and_compare_mechanisms_through_the_package(tmp_path: Path) -> None:
-    table = market.evaluate(["truthful", "random_valid"], ["single_trade"], "bidder_0", range(2),
-                            tmp_path / "eval", workers=1, progress=False)
+    table = market.evaluate(
+        ["truthful", "random_valid"],
+        ["single_trade"],
+        "bidder_0",
+        range(2),
+        tmp_path / "eval",
+        workers=1,
+        progress=False,
+    )
     assert {r["agent"] for r in table.rows()} == {"truthful", "random_valid"}
-    report = market.compare_mechanisms("single_trade", range(2), tmp_path / "mech", workers=1,
-                                       candidates=["robust", "first_price"], deviations=False,
-                                       progress=False)
+    report = market.compare_mechanisms(
+        "single_trade",
+        range(2),
+        tmp_path / "mech",
+        workers=1,
+        candidates=["robust", "first_price"],
+        deviations=False,
+        progress=False,
+    )
     assert report.mechanisms == ["robust", "first_price"]
     result = market.run_tournament(
         market.TournamentConfig("single_trade", bidders=("truthful", "random_valid"), seeds=(0,)),
-        tmp_path / "tournament")
+        tmp_path / "tournament",
+    )
     assert result.complete
 
 
@@ -81,7 +101,8 @@ DEPRECATED = {
 
 @pytest.mark.parametrize("path", sorted(DEPRECATED))
 def test_the_old_module_paths_import_with_a_deprecation_warning(
-        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name, fn = DEPRECATED[path]
     short = path.rpartition(".")[2]
     before = market.__dict__.get(short)
@@ -101,6 +122,13 @@ def test_the_old_runner_path_still_gives_the_names_that_moved_out_of_it() -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         old = importlib.import_module("market.runner")
-    for name in ("evaluate", "evaluate_mechanisms", "ROBUST", "EvalTable", "RunConfigError",
-                 "read_results", "default_workers"):
+    for name in (
+        "evaluate",
+        "evaluate_mechanisms",
+        "ROBUST",
+        "EvalTable",
+        "RunConfigError",
+        "read_results",
+        "default_workers",
+    ):
         assert getattr(old, name) is not None, name

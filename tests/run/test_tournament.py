@@ -27,8 +27,12 @@ OUTPUTS = ("ratings.csv", "ratings.md", "summary.json")
 
 
 def config(**kw: object) -> TournamentConfig:
-    base: dict[str, object] = {"scenario": "market_round", "bidders": BIDDERS,
-                               "designers": DESIGNERS, "seeds": (0, 1, 2)}
+    base: dict[str, object] = {
+        "scenario": "market_round",
+        "bidders": BIDDERS,
+        "designers": DESIGNERS,
+        "seeds": (0, 1, 2),
+    }
     base.update(kw)
     return TournamentConfig(**base)  # type: ignore[arg-type]
 
@@ -69,9 +73,14 @@ def test_schedule_is_balanced_and_complete() -> None:
     designer = [m for m in p.matches if m.kind == "designer"]
     assert len(designer) == len(DESIGNERS) * 2 * 5  # two populations, five seeds
     for pop in ("default", "mixed"):  # every designer faces the same bidders on the same seeds
-        lineups = {d: [(m.seed, {s: a for s, a in m.seats.items() if s != "designer_0"})
-                       for m in designer if m.population == pop and m.designer == d]
-                   for d in DESIGNERS}
+        lineups = {
+            d: [
+                (m.seed, {s: a for s, a in m.seats.items() if s != "designer_0"})
+                for m in designer
+                if m.population == pop and m.designer == d
+            ]
+            for d in DESIGNERS
+        }
         assert lineups["fixed"] == lineups["random"] == lineups["rule_designer"]
     assert len({m.id for m in p.matches}) == len(p.matches)
 
@@ -100,8 +109,9 @@ def test_ties_rate_equally_and_share_the_win() -> None:
 def test_rigged_match_file_ranks_the_rigged_winner_first() -> None:
     p = plan(config(designers=(), bidders=("truthful", "shader", "random_valid")))
     score = {"truthful": 3.0, "shader": 1.0, "random_valid": -2.0}
-    records = {m.id: {"returns": {s: score.get(a, 0.0) for s, a in m.seats.items()}}
-               for m in p.matches}
+    records = {
+        m.id: {"returns": {s: score.get(a, 0.0) for s, a in m.seats.items()}} for m in p.matches
+    }
     rows = standings(p, records)
     assert [r["agent"] for r in rows] == ["truthful", "shader", "random_valid"]
     assert rows[0]["win_rate"] == 1.0 and rows[-1]["win_rate"] == 0.0
@@ -179,16 +189,19 @@ def test_manifest_refuses_to_mix_configurations(tmp_path: Path) -> None:
         run_tournament(config(designers=(), seeds=(0,)), tmp_path / "t")
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    ({"bidders": ("truthful",), "designers": ()}, "at least two agents"),
-    ({"bidders": ("truthful", "truthful")}, "more than once"),
-    ({"bidders": ("truthful", "fixed")}, "cannot fill a bidder seat"),
-    ({"designers": ("fixed", "truthful")}, "cannot fill a designer seat"),
-    ({"bidders": (), "designers": ()}, "nothing to play"),
-    ({"scenario": "single_trade"}, "no designer seat"),
-    ({"populations": {"p": ["fixed"]}}, "population 'p'"),
-    ({"seeds": ()}, "no seed"),
-])
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"bidders": ("truthful",), "designers": ()}, "at least two agents"),
+        ({"bidders": ("truthful", "truthful")}, "more than once"),
+        ({"bidders": ("truthful", "fixed")}, "cannot fill a bidder seat"),
+        ({"designers": ("fixed", "truthful")}, "cannot fill a designer seat"),
+        ({"bidders": (), "designers": ()}, "nothing to play"),
+        ({"scenario": "single_trade"}, "no designer seat"),
+        ({"populations": {"p": ["fixed"]}}, "population 'p'"),
+        ({"seeds": ()}, "no seed"),
+    ],
+)
 def test_bad_configurations(kw: dict[str, object], message: str) -> None:
     with pytest.raises(TournamentError, match=message):
         plan(config(**kw))
@@ -198,8 +211,19 @@ def test_bad_configurations(kw: dict[str, object], message: str) -> None:
 
 
 def test_cli_runs_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["tournament", "--bidders", "truthful,random_valid", "--designers", "fixed,random",
-            "--seeds", "0:2", "--out", str(tmp_path / "t"), "--workers", "1"]
+    argv = [
+        "tournament",
+        "--bidders",
+        "truthful,random_valid",
+        "--designers",
+        "fixed,random",
+        "--seeds",
+        "0:2",
+        "--out",
+        str(tmp_path / "t"),
+        "--workers",
+        "1",
+    ]
     assert cli_main([*argv, "--max-matches", "3"]) == 0
     assert "partial" in capsys.readouterr().out
     assert cli_main(argv) == 0
@@ -215,21 +239,25 @@ def test_cli_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert "example: gpumarket tournament --bidders" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--bidders", "truthful"], "at least two agents"),
-    (["--bidders", "truthful,nope"], "unknown agent 'nope'"),
-    (["--bidders", "truthful,fixed"], "cannot fill a bidder seat"),
-    (["--bidders", "truthful,shader", "--seeds", "5:2"], "selects no seed"),
-    (["--bidders", "truthful,shader", "--seeds", "x"], "--seeds 'x'"),
-    (["--designers", "fixed,random", "--scenario", "single_trade"], "no designer seat"),
-    (["--bidders", "truthful,shader", "--scenario", "no_such"], "neither a built-in"),
-    (["--bidders", "truthful,shader", "--workers", "0"], "--workers"),
-    (["--bidders", "truthful,shader", "--max-matches", "many"], "--max-matches"),
-    (["--designers", "fixed,random", "--population", "oops"], "NAME=A,B"),
-    ([], "nothing to play"),
-])
-def test_cli_bad_input_exits_2_with_one_line(args: list[str], message: str, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--bidders", "truthful"], "at least two agents"),
+        (["--bidders", "truthful,nope"], "unknown agent 'nope'"),
+        (["--bidders", "truthful,fixed"], "cannot fill a bidder seat"),
+        (["--bidders", "truthful,shader", "--seeds", "5:2"], "selects no seed"),
+        (["--bidders", "truthful,shader", "--seeds", "x"], "--seeds 'x'"),
+        (["--designers", "fixed,random", "--scenario", "single_trade"], "no designer seat"),
+        (["--bidders", "truthful,shader", "--scenario", "no_such"], "neither a built-in"),
+        (["--bidders", "truthful,shader", "--workers", "0"], "--workers"),
+        (["--bidders", "truthful,shader", "--max-matches", "many"], "--max-matches"),
+        (["--designers", "fixed,random", "--population", "oops"], "NAME=A,B"),
+        ([], "nothing to play"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli_main(["tournament", *args, "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
@@ -237,8 +265,9 @@ def test_cli_bad_input_exits_2_with_one_line(args: list[str], message: str, tmp_
     assert not (tmp_path / "t").exists()
 
 
-def test_cli_refuses_a_folder_of_another_tournament(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_refuses_a_folder_of_another_tournament(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = str(tmp_path / "t")
     argv = ["tournament", "--seeds", "0", "--out", out, "--bidders"]
     assert cli_main([*argv, "truthful,shader"]) == 0
@@ -249,8 +278,9 @@ def test_cli_refuses_a_folder_of_another_tournament(tmp_path: Path,
     assert len(err.strip().splitlines()) == 1
 
 
-def test_cli_bad_scenario_file_is_one_line(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_bad_scenario_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("rounds = 0\n[labs]\ncuont = 3\n")
     argv = ["tournament", "--bidders", "truthful,shader", "--scenario", str(bad)]

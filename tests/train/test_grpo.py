@@ -40,8 +40,9 @@ def tiny_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
     core.pre_tokenizer = pre_tokenizers.Whitespace()
     specials = ["<unk>", "<pad>", "<eos>", "<|system|>", "<|user|>", "<|assistant|>"]
     core.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=specials))
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
-                                  eos_token="<eos>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
+    )
     tok.add_tokens([GOOD, EMPTY])
     tok.chat_template = TEMPLATE
     return tok
@@ -50,10 +51,17 @@ def tiny_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
 def tiny_model(tok: PreTrainedTokenizerFast) -> LlamaForCausalLM:
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
-        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id, tie_word_embeddings=False,
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.eos_token_id,
+        tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(cfg)
     good, empty = tok.convert_tokens_to_ids([GOOD, EMPTY])
@@ -92,13 +100,28 @@ def test_one_grpo_step_with_the_env_reward(tmp_path: Path) -> None:
         model = tiny_model(tok)
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
         args = GRPOConfig(
-            output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
-            max_completion_length=2, max_steps=1, learning_rate=1e-2, logging_steps=1,
-            report_to="none", use_cpu=True, save_strategy="no", seed=seed, bf16=False,
-            dataloader_num_workers=0, disable_dropout=True,
+            output_dir=str(tmp_path / "out"),
+            per_device_train_batch_size=2,
+            num_generations=2,
+            max_completion_length=2,
+            max_steps=1,
+            learning_rate=1e-2,
+            logging_steps=1,
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            seed=seed,
+            bf16=False,
+            dataloader_num_workers=0,
+            disable_dropout=True,
         )
-        trainer = GRPOTrainer(model=model, reward_funcs=gpumarket_reward, args=args,
-                              train_dataset=dataset, processing_class=tok)
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=gpumarket_reward,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tok,
+        )
         trainer.train()
         assert trainer.state.global_step == 1
         assert len(calls) == 1
@@ -112,8 +135,12 @@ def test_one_grpo_step_with_the_env_reward(tmp_path: Path) -> None:
     assert all(math.isfinite(r) for r in call["rewards"])
     texts = [c[-1]["content"] if isinstance(c, list) else c for c in call["completions"]]
     # each reward is the hand value of the first reply token the model wrote
-    firsts = [GOOD if t.find(GOOD) != -1 and (t.find(EMPTY) == -1 or t.find(GOOD) < t.find(EMPTY))
-              else EMPTY for t in texts]
+    firsts = [
+        GOOD
+        if t.find(GOOD) != -1 and (t.find(EMPTY) == -1 or t.find(GOOD) < t.find(EMPTY))
+        else EMPTY
+        for t in texts
+    ]
     assert call["rewards"] == pytest.approx([HAND_VALUE[f] for f in firsts], abs=1e-12)
     assert len(set(call["rewards"])) == 2, f"8 seeds gave equal rewards in the group: {texts}"
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]

@@ -67,8 +67,9 @@ def test_masked_logits_never_choose_a_masked_entry() -> None:
         obs = rng.normal(size=44).astype(np.float32)
         assert mask[choose(net, obs, mask)] == 1
         assert mask[choose(net, obs, mask, gen)] == 1
-        probs = torch.softmax(masked_logits(torch.randn(len(MENU), generator=gen) * 50,
-                                            torch.as_tensor(mask)), -1)
+        probs = torch.softmax(
+            masked_logits(torch.randn(len(MENU), generator=gen) * 50, torch.as_tensor(mask)), -1
+        )
         assert float(probs[torch.as_tensor(mask) == 0].sum()) == 0.0
 
 
@@ -110,8 +111,13 @@ def test_agent_spec_plays_in_run_episode_like_in_training(checkpoint: Path) -> N
 def test_sampling_agent_is_seeded_by_the_seat(checkpoint: Path) -> None:
     spec = f"torch_policy?path={checkpoint}&sample=true"
     assert make_agent(spec).sample
-    runs = [[run_episode("market_round", s, seats={"bidder_0": spec}).returns["bidder_0"]
-             for s in range(6)] for _ in range(2)]
+    runs = [
+        [
+            run_episode("market_round", s, seats={"bidder_0": spec}).returns["bidder_0"]
+            for s in range(6)
+        ]
+        for _ in range(2)
+    ]
     assert runs[0] == runs[1]
     with pytest.raises(AgentSpecError, match="sample must be true or false"):
         make_agent(f"torch_policy?path={checkpoint}&sample=maybe")
@@ -119,8 +125,10 @@ def test_sampling_agent_is_seeded_by_the_seat(checkpoint: Path) -> None:
 
 def test_same_training_seed_gives_the_same_learning_curve() -> None:
     def curve(seed: int) -> list[float]:
-        return [p["mean_return"] for p in train(TrainConfig(episodes=40, seed=seed,
-                                                            batch_episodes=8)).curve]
+        return [
+            p["mean_return"]
+            for p in train(TrainConfig(episodes=40, seed=seed, batch_episodes=8)).curve
+        ]
 
     first = curve(5)
     assert len(first) == 5
@@ -165,8 +173,9 @@ def test_bad_checkpoints_give_one_line_errors(tmp_path: Path, checkpoint: Path) 
         make_agent("torch_policy")
 
 
-def test_missing_torch_is_a_clear_spec_error(monkeypatch: pytest.MonkeyPatch,
-                                             checkpoint: Path) -> None:
+def test_missing_torch_is_a_clear_spec_error(
+    monkeypatch: pytest.MonkeyPatch, checkpoint: Path
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     with pytest.raises(AgentSpecError, match=r"needs torch: pip install 'gpumarket\[rl\]'"):
         make_agent(f"torch_policy?path={checkpoint}")
@@ -190,16 +199,21 @@ def test_config_rejects_bad_budgets() -> None:
         Trainer(TrainConfig(seat="bidder_7"))
 
 
-def test_cli_train_writes_checkpoint_curve_and_evaluation(tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture) -> None:
+def test_cli_train_writes_checkpoint_curve_and_evaluation(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     out = tmp_path / "run"
-    assert cli(["train", "--episodes", "16", "--batch", "8", "--out", str(out),
-                "--eval-seeds", "0:3"]) == 0
+    assert (
+        cli(["train", "--episodes", "16", "--batch", "8", "--out", str(out), "--eval-seeds", "0:3"])
+        == 0
+    )
     curve = json.loads((out / "curve.json").read_text())
     assert [p["episodes"] for p in curve["points"]] == [8, 16]
     report = json.loads((out / "eval.json").read_text())
-    assert report["seeds"] == [0, 1, 2] and set(report["baselines"]) == {"random_valid",
-                                                                         "rule_expert"}
+    assert report["seeds"] == [0, 1, 2] and set(report["baselines"]) == {
+        "random_valid",
+        "rule_expert",
+    }
     load_checkpoint(out / "policy.pt")
     assert "torch policy" in capsys.readouterr().out
     assert cli(["train", "--episodes", "0", "--out", str(out)]) == 2
@@ -214,10 +228,26 @@ def test_ctrl_c_saves_the_policy_trained_so_far(tmp_path: Path) -> None:
     import subprocess
 
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "market", "train", "--episodes", "100000", "--batch", "4",
-           "--out", str(out), "--no-eval"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "market",
+        "train",
+        "--episodes",
+        "100000",
+        "--batch",
+        "4",
+        "--out",
+        str(out),
+        "--no-eval",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert proc.stdout is not None
     first = proc.stdout.readline()  # the first progress line: training is under way
     assert first.startswith("episodes"), first + proc.stderr.read()

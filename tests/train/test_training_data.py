@@ -44,7 +44,9 @@ class PolicyBackend:
         self.attempt += 1
         return Completion(text=text, model=self.model)
 
-    async def acomplete(self, messages: list[dict[str, str]], schema: Any, params: Any) -> Completion:
+    async def acomplete(
+        self, messages: list[dict[str, str]], schema: Any, params: Any
+    ) -> Completion:
         return self.complete(messages, schema, params)
 
 
@@ -95,8 +97,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     agent = PolicyLLM(PolicyBackend(scripted_policy), retries=1)
     watcher = RecordingTruthful()
     path = d / "ep.jsonl"
-    result = run_episode("single_trade", 1, {"bidder_0": agent, "bidder_1": watcher},
-                         transcript=path)
+    result = run_episode(
+        "single_trade", 1, {"bidder_0": agent, "bidder_1": watcher}, transcript=path
+    )
     return {"path": path, "dir": d, "result": result, "seen": watcher.seen}
 
 
@@ -121,8 +124,13 @@ def test_llm_decisions_are_exported_byte_for_byte(recorded: dict[str, Any]) -> N
         assert rec["metadata"]["step"] == step["i"] and rec["metadata"]["seat"] == "bidder_0"
     meta = [r["metadata"] for r in records]
     # decision 0 was repaired: system, user, bad reply, repair request + the final reply
-    assert [m["role"] for m in records[0]["messages"]] == ["system", "user", "assistant",
-                                                          "user", "assistant"]
+    assert [m["role"] for m in records[0]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert meta[0]["attempts"] == 2 and meta[0]["parsed"] and not meta[0]["fallback"]
     assert meta[3]["fallback"] and not meta[3]["parsed"]
     assert records[3]["messages"][-1]["content"] == "more garbage"
@@ -158,11 +166,13 @@ def test_filters_and_counts(recorded: dict[str, Any]) -> None:
     llm_steps = steps(ExportFilter())
     assert len(llm_steps) == 9
     # decision 3 fell back, decision 4 was rejected by the env
-    assert steps(ExportFilter(valid_only=True)) == [s for k, s in enumerate(llm_steps)
-                                                    if k not in (3, 4)]
+    assert steps(ExportFilter(valid_only=True)) == [
+        s for k, s in enumerate(llm_steps) if k not in (3, 4)
+    ]
     # step rewards: decision 1 paid talk_cost, decision 4 the invalid-action penalty
-    assert steps(ExportFilter(min_reward=0.0)) == [s for k, s in enumerate(llm_steps)
-                                                   if k not in (1, 4)]
+    assert steps(ExportFilter(min_reward=0.0)) == [
+        s for k, s in enumerate(llm_steps) if k not in (1, 4)
+    ]
     assert steps(ExportFilter(phases=["bidding"])) == [llm_steps[k] for k in (2, 5, 8)]
     assert steps(ExportFilter(agent="nomatch*")) == []
     assert steps(ExportFilter(agent="llm*")) == llm_steps
@@ -170,13 +180,15 @@ def test_filters_and_counts(recorded: dict[str, Any]) -> None:
     assert len(both) == 18
     returns = recorded["result"].returns
     top = max(returns, key=returns.get)
-    kept = list(select_decisions(path, ExportFilter(include_scripted=True,
-                                                    min_return=returns[top])))
+    kept = list(
+        select_decisions(path, ExportFilter(include_scripted=True, min_return=returns[top]))
+    )
     assert {r["metadata"]["seat"] for r in kept} == {top} and len(kept) == 9
 
 
-def test_unknown_seat_missing_file_and_cut_transcript(recorded: dict[str, Any],
-                                                     tmp_path: Path) -> None:
+def test_unknown_seat_missing_file_and_cut_transcript(
+    recorded: dict[str, Any], tmp_path: Path
+) -> None:
     with pytest.raises(TranscriptError, match="unknown seat 'bidder_9'"):
         list(select_decisions([recorded["path"]], ExportFilter(seats=["bidder_9"])))
     with pytest.raises(TranscriptError, match="no such file"):
@@ -191,8 +203,9 @@ def test_unknown_seat_missing_file_and_cut_transcript(recorded: dict[str, Any],
     assert all(r["metadata"]["partial"] for r in partial)
 
 
-def test_cli_export_and_one_line_errors(recorded: dict[str, Any], tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_export_and_one_line_errors(
+    recorded: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "o.jsonl"
     assert main(["export-sft", str(recorded["path"]), "-o", str(out), "--valid-only"]) == 0
     printed = capsys.readouterr().out
@@ -261,11 +274,15 @@ def test_step_rewards_by_hand(recorded: dict[str, Any]) -> None:
     metrics: list[tuple[str, float]] = []
     out = reward(
         prompts=[neg["prompt"]] * 2,
-        completions=[[{"role": "assistant", "content": '{"action_type": "wait"}'}],
-                     [{"role": "assistant", "content": "oops"}]],
-        transcript=[neg["transcript"]] * 2, step=[neg["step"]] * 2,
+        completions=[
+            [{"role": "assistant", "content": '{"action_type": "wait"}'}],
+            [{"role": "assistant", "content": "oops"}],
+        ],
+        transcript=[neg["transcript"]] * 2,
+        step=[neg["step"]] * 2,
         transcript_sha256=[neg["transcript_sha256"]] * 2,
-        trainer_state=None, log_metric=lambda name, value: metrics.append((name, value)),
+        trainer_state=None,
+        log_metric=lambda name, value: metrics.append((name, value)),
     )
     assert out == [0.0, -INVALID]
     assert metrics == [("gpumarket/parse_failure_rate", 0.5)]
@@ -275,11 +292,25 @@ def hand_scenario() -> Any:
     """One round, no negotiation, two labs each with one job (1 block, value 30, no partial
     credit, deadline round 0), 2 blocks at reliability 1, second price, reserve 5."""
     return load_scenario(
-        "single_trade", name="hand_bid", rounds=1, negotiation_turns=0,
-        labs={"count": 2, "budget": [150.0, 150.0], "jobs": [1, 1], "endowment": [0, 0],
-              "reputation": [0.5, 0.5]},
-        jobs={"size": [1, 1], "value_per_block": [30.0, 30.0], "slack": [0, 0],
-              "partial_credit_prob": 0.0, "min_reliability": [0.0, 0.0], "arrival_rate": 0.0},
+        "single_trade",
+        name="hand_bid",
+        rounds=1,
+        negotiation_turns=0,
+        labs={
+            "count": 2,
+            "budget": [150.0, 150.0],
+            "jobs": [1, 1],
+            "endowment": [0, 0],
+            "reputation": [0.5, 0.5],
+        },
+        jobs={
+            "size": [1, 1],
+            "value_per_block": [30.0, 30.0],
+            "slack": [0, 0],
+            "partial_credit_prob": 0.0,
+            "min_reliability": [0.0, 0.0],
+            "arrival_rate": 0.0,
+        },
         capacity={"blocks": [2, 2], "reliability": 1.0},
         agents={"designer": "fixed", "bidders": ["truthful", "truthful"]},
     )
@@ -312,9 +343,11 @@ def test_better_bid_gets_higher_reward_by_hand(tmp_path: Path) -> None:
 
 def test_reward_is_deterministic_and_the_cache_changes_nothing(recorded: dict[str, Any]) -> None:
     rows = grpo_records([recorded["path"]])
-    replies = ['{"action_type": "wait"}', '{"action_type": "bid", "bids": [40, 30]}',
-               '{"action_type": "send_offer", "to": "bidder_1", "side": "buy", "blocks": 1, '
-               '"price": 20}']
+    replies = [
+        '{"action_type": "wait"}',
+        '{"action_type": "bid", "bids": [40, 30]}',
+        '{"action_type": "send_offer", "to": "bidder_1", "side": "buy", "blocks": 1, "price": 20}',
+    ]
     cached = EnvReward("episode", stand_in="truthful")
     uncached = EnvReward("episode", stand_in="truthful", cache_size=0)
     for row in reversed(rows):  # later steps first: earlier ones then replay from scratch
@@ -335,8 +368,13 @@ def test_changed_file_and_bad_options_are_clear_errors(tmp_path: Path) -> None:
     (row,) = grpo_records([path])
     reward = EnvReward()
     with pytest.raises(TranscriptError, match="changed since the dataset was built"):
-        reward(prompts=[row["prompt"]], completions=["{}"], transcript=[row["transcript"]],
-               step=[row["step"]], transcript_sha256=["0" * 64])
+        reward(
+            prompts=[row["prompt"]],
+            completions=["{}"],
+            transcript=[row["transcript"]],
+            step=[row["step"]],
+            transcript_sha256=["0" * 64],
+        )
     with pytest.raises(ValueError, match="needs the dataset columns"):
         reward(prompts=[row["prompt"]], completions=["{}"])
     with pytest.raises(ValueError, match="horizon 'weeks'"):
@@ -347,13 +385,15 @@ def test_changed_file_and_bad_options_are_clear_errors(tmp_path: Path) -> None:
 
 
 def test_cli_grpo_export_loads_as_a_dataset_and_locates_the_recorded_state(
-        recorded: dict[str, Any], tmp_path: Path) -> None:
+    recorded: dict[str, Any], tmp_path: Path
+) -> None:
     out = tmp_path / "grpo.jsonl"
     assert main(["export-sft", str(recorded["path"]), "-o", str(out), "--grpo"]) == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert rows == json.loads(json.dumps(grpo_records([recorded["path"]])))
-    assert all(r["prompt"][0]["role"] == "system" and r["prompt"][1]["role"] == "user"
-               for r in rows)
+    assert all(
+        r["prompt"][0]["role"] == "system" and r["prompt"][1]["role"] == "user" for r in rows
+    )
     datasets = pytest.importorskip("datasets")
     loaded = datasets.load_dataset("json", data_files=str(out), split="train")
     assert loaded.num_rows == len(rows) == 9
@@ -361,7 +401,11 @@ def test_cli_grpo_export_loads_as_a_dataset_and_locates_the_recorded_state(
     t = read_transcript(recorded["path"])
     first = next(r for r in rows if not t.steps[r["step"]].llm.model_extra.get("fallback"))
     reward = EnvReward("step", stand_in="truthful")
-    got = reward([first["prompt"]], [t.steps[first["step"]].llm.raw],
-                 transcript=[first["transcript"]], step=[first["step"]],
-                 transcript_sha256=[first["transcript_sha256"]])
+    got = reward(
+        [first["prompt"]],
+        [t.steps[first["step"]].llm.raw],
+        transcript=[first["transcript"]],
+        step=[first["step"]],
+        transcript_sha256=[first["transcript_sha256"]],
+    )
     assert got == [first["recorded_reward"]]

@@ -35,9 +35,13 @@ class Backend(Protocol):
 
     model: str
 
-    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]) -> Completion: ...
+    def complete(
+        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> Completion: ...
 
-    async def acomplete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]) -> Completion: ...
+    async def acomplete(
+        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> Completion: ...
 
 
 class BackendError(RuntimeError):

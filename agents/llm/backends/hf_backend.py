@@ -227,8 +227,13 @@ class HFBackend:
         return self.dtype if isinstance(self.dtype, str) else str(self.dtype).removeprefix("torch.")
 
     def _cache_key(self) -> tuple[Any, ...]:
-        return (self.source, self.gguf_file, self.device, self._dtype_name(),
-                self.trust_remote_code)
+        return (
+            self.source,
+            self.gguf_file,
+            self.device,
+            self._dtype_name(),
+            self.trust_remote_code,
+        )
 
     def load(self) -> HFBackend:
         """Load the tokenizer and weights now (otherwise the first call does). Idempotent."""
@@ -285,12 +290,19 @@ class HFBackend:
                 elif isinstance(value, list | tuple):
                     eos.update(int(v) for v in value)
             max_positions = getattr(model.config, "max_position_embeddings", None)
-            cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else (
-                "past_key_values")
-            return _LoadedModel(model=model, tokenizer=tokenizer, device=device,
-                                eos_ids=frozenset(eos),
-                                max_positions=int(max_positions) if max_positions else None,
-                                cache_arg=cache_arg)
+            cache_arg = (
+                "cache"
+                if "cache" in inspect.signature(model.forward).parameters
+                else ("past_key_values")
+            )
+            return _LoadedModel(
+                model=model,
+                tokenizer=tokenizer,
+                device=device,
+                eos_ids=frozenset(eos),
+                max_positions=int(max_positions) if max_positions else None,
+                cache_arg=cache_arg,
+            )
         except ImportError as exc:  # e.g. gguf missing, raised by transformers at load time
             error = f"cannot load {where}: {exc}; {INSTALL_HINT}"
         except Exception as exc:  # mapped below, outside the handler, so no chained context
@@ -301,9 +313,11 @@ class HFBackend:
     # --- prompting -------------------------------------------------------------------------
     def _render(self, tokenizer: Any, messages: list[dict[str, str]]) -> str:
         """The chat template applied with the generation prompt (a plain rendering without one)."""
+
         def apply(turns: list[dict[str, str]]) -> str:
-            return str(tokenizer.apply_chat_template(turns, add_generation_prompt=True,
-                                                     tokenize=False))
+            return str(
+                tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+            )
 
         if getattr(tokenizer, "chat_template", None):
             try:
@@ -329,8 +343,14 @@ class HFBackend:
     # --- decoding --------------------------------------------------------------------------
     def _call_params(self, params: dict[str, Any]) -> dict[str, Any]:
         merged = {**self.params, **{k: v for k, v in params.items() if v is not None}}
-        max_new = next((merged[k] for k in ("max_new_tokens", "max_tokens", "max_completion_tokens")
-                        if merged.get(k) is not None), None)
+        max_new = next(
+            (
+                merged[k]
+                for k in ("max_new_tokens", "max_tokens", "max_completion_tokens")
+                if merged.get(k) is not None
+            ),
+            None,
+        )
         merged["max_new_tokens"] = self.max_new_tokens if max_new is None else int(max_new)
         if merged["max_new_tokens"] < 1:
             raise BackendError(f"max_tokens must be at least 1, got {merged['max_new_tokens']}")
@@ -392,8 +412,10 @@ class HFBackend:
         max_new = int(p["max_new_tokens"])
         if loaded.max_positions:
             if n_prompt >= loaded.max_positions:
-                raise BackendError(f"model {self.model}: the prompt has {n_prompt} tokens; the "
-                                   f"model's context is {loaded.max_positions}")
+                raise BackendError(
+                    f"model {self.model}: the prompt has {n_prompt} tokens; the "
+                    f"model's context is {loaded.max_positions}"
+                )
             max_new = min(max_new, loaded.max_positions - n_prompt)
         sample = self._sampler(p)
         penalty = float(p.get("repetition_penalty") or 1.0)
@@ -415,7 +437,8 @@ class HFBackend:
                     if allowed:
                         index = torch.tensor(allowed, device=logits.device)
                         logits = torch.full_like(logits, float("-inf")).index_copy(
-                            0, index, logits[index])
+                            0, index, logits[index]
+                        )
                     else:
                         pending = None
                 token = sample(logits)
@@ -424,13 +447,14 @@ class HFBackend:
                     break
                 generated.append(token)
                 text = tokenizer.decode(generated, skip_special_tokens=True)
-                if pending is not None and (text in pending
-                                            or not any(v.startswith(text) for v in pending)):
+                if pending is not None and (
+                    text in pending or not any(v.startswith(text) for v in pending)
+                ):
                     pending = None  # the value is complete (or the tokenizer spelled it oddly)
                 if prefix:
                     end = json_object_end(prefix + text)
                     if end is not None:
-                        text = (prefix + text)[:end][len(prefix):]
+                        text = (prefix + text)[:end][len(prefix) :]
                         finish, stopped_by = "stop", "json"
                         break
                 hit = min((i for i in (text.find(s) for s in p["stop"]) if i >= 0), default=-1)
@@ -440,8 +464,10 @@ class HFBackend:
                 if cancel is not None and cancel.is_set():
                     raise _Cancelled
                 if deadline is not None and time.perf_counter() > deadline:
-                    raise BackendError(f"model {self.model}: timed out after {float(timeout):g}s "
-                                       f"({len(generated)} tokens generated)")
+                    raise BackendError(
+                        f"model {self.model}: timed out after {float(timeout):g}s "
+                        f"({len(generated)} tokens generated)"
+                    )
                 step = torch.tensor([[token]], device=loaded.device)
                 out = loaded.step(step, loaded.cache_of(out))
         extra: dict[str, Any] = {"finish_reason": finish, "device": str(loaded.device)}
@@ -449,8 +475,13 @@ class HFBackend:
             extra["prefix"] = prefix
         if stopped_by:
             extra["stopped_by"] = stopped_by
-        return Completion(text=prefix + text, model=self.model, prompt_tokens=n_prompt,
-                          completion_tokens=len(generated), extra=extra)
+        return Completion(
+            text=prefix + text,
+            model=self.model,
+            prompt_tokens=n_prompt,
+            completion_tokens=len(generated),
+            extra=extra,
+        )
 
     @staticmethod
     def _allowed_tokens(loaded: _LoadedModel, text: str, pending: list[str]) -> list[int]:
@@ -459,7 +490,7 @@ class HFBackend:
         allowed: set[int] = set()
         for value in pending:
             if value.startswith(text):
-                rest = value[len(text):]
+                rest = value[len(text) :]
                 for k in range(1, len(rest) + 1):
                     allowed.update(texts.get(rest[:k], ()))
         return sorted(allowed)
@@ -488,10 +519,14 @@ class HFBackend:
             else:
                 latency = time.perf_counter() - start
                 extra = {**completion.extra, "queue_s": start - queued}
-                return Completion(text=completion.text, model=completion.model,
-                                  prompt_tokens=completion.prompt_tokens,
-                                  completion_tokens=completion.completion_tokens,
-                                  latency_s=latency, extra=extra)
+                return Completion(
+                    text=completion.text,
+                    model=completion.model,
+                    prompt_tokens=completion.prompt_tokens,
+                    completion_tokens=completion.completion_tokens,
+                    latency_s=latency,
+                    extra=extra,
+                )
         raise BackendError(error)
 
     def complete(
@@ -516,8 +551,10 @@ class HFBackend:
 
     # --- misc ------------------------------------------------------------------------------
     def __repr__(self) -> str:
-        return (f"HFBackend(path={self.path!r}, gguf_file={self.gguf_file!r}, "
-                f"device={self.device!r}, max_new_tokens={self.max_new_tokens})")
+        return (
+            f"HFBackend(path={self.path!r}, gguf_file={self.gguf_file!r}, "
+            f"device={self.device!r}, max_new_tokens={self.max_new_tokens})"
+        )
 
     __str__ = __repr__
 

@@ -62,7 +62,14 @@ LOCAL_DUMMY_KEY = "sk-local"
 # request). Sampling parameters are copied into the body unchanged.
 _PATH = "/chat/completions"
 _FORMAT_STATUSES = frozenset({400, 422, 500, 501})
-_FORMAT_WORDS = ("response_format", "response format", "json_schema", "json schema", "grammar", "schema")
+_FORMAT_WORDS = (
+    "response_format",
+    "response format",
+    "json_schema",
+    "json schema",
+    "grammar",
+    "schema",
+)
 
 
 class MissingAPIKeyError(BackendError, ValueError):
@@ -74,7 +81,11 @@ def is_local_url(url: str | None) -> bool:
     if not url:
         return False
     host = (urlsplit(url).hostname or "").lower()
-    if host == "localhost" or host.endswith((".localhost", ".local")) or host == "host.docker.internal":
+    if (
+        host == "localhost"
+        or host.endswith((".localhost", ".local"))
+        or host == "host.docker.internal"
+    ):
         return True
     try:
         addr = ipaddress.ip_address(host)
@@ -179,13 +190,22 @@ class OpenAIBackend:
         retry_seed: int = 0,
     ) -> None:
         if response_format not in RESPONSE_FORMATS:
-            raise ValueError(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}")
+            raise ValueError(
+                f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}"
+            )
         if http_client not in ("auto", "httpx", "aiohttp"):
             raise ValueError(f"http_client must be auto, httpx or aiohttp, got {http_client!r}")
         if not model:
             raise ValueError("model is required (e.g. model=gpt-4o-mini)")
-        if int(max_retries) < 0 or float(max_retry_wait) < 0 or float(backoff_base) < 0 or float(backoff_max) < 0:
-            raise ValueError("max_retries, max_retry_wait, backoff_base and backoff_max cannot be negative")
+        if (
+            int(max_retries) < 0
+            or float(max_retry_wait) < 0
+            or float(backoff_base) < 0
+            or float(backoff_max) < 0
+        ):
+            raise ValueError(
+                "max_retries, max_retry_wait, backoff_base and backoff_max cannot be negative"
+            )
         self.model = model
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.api_key_env = api_key_env
@@ -206,9 +226,9 @@ class OpenAIBackend:
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
             weakref.WeakKeyDictionary()
         )
-        self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._closers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncGenerator[None, None]
+        ] = weakref.WeakKeyDictionary()
         if not os.environ.get(api_key_env) and not is_local_url(self.base_url):
             raise MissingAPIKeyError(
                 f"the API key environment variable {api_key_env} is not set; export it, or pass "
@@ -255,7 +275,9 @@ class OpenAIBackend:
                 kwargs["http_client"] = openai.DefaultAioHttpClient()
             except (AttributeError, RuntimeError, ImportError):
                 if self.http_client == "aiohttp":
-                    raise BackendError("http_client=aiohttp needs the aiohttp package (pip install aiohttp)") from None
+                    raise BackendError(
+                        "http_client=aiohttp needs the aiohttp package (pip install aiohttp)"
+                    ) from None
         return openai.AsyncOpenAI(**kwargs)
 
     @property
@@ -296,7 +318,11 @@ class OpenAIBackend:
 
     # --- requests --------------------------------------------------------------------------
     def _request(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any], fmt: str
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any] | None,
+        params: dict[str, Any],
+        fmt: str,
     ) -> dict[str, Any]:
         """The JSON body of one chat.completions request."""
         body: dict[str, Any] = {"model": self.model, "messages": messages}
@@ -305,20 +331,24 @@ class OpenAIBackend:
                 body[key] = value
         if schema is not None and fmt == "json_schema":
             body["response_format"] = {
-                "type": "json_schema", "json_schema": {"name": "action", "schema": schema, "strict": False},
+                "type": "json_schema",
+                "json_schema": {"name": "action", "schema": schema, "strict": False},
             }
         elif schema is not None and fmt == "json_object":
             body["response_format"] = {"type": "json_object", "schema": schema}
         return body
 
-    def _format_unsupported(self, exc: openai.APIStatusError, fmt: str, schema: dict[str, Any] | None) -> bool:
+    def _format_unsupported(
+        self, exc: openai.APIStatusError, fmt: str, schema: dict[str, Any] | None
+    ) -> bool:
         if fmt == "none" or schema is None or exc.status_code not in _FORMAT_STATUSES:
             return False
         text = f"{exc.message} {exc.body}".lower()
         return any(word in text for word in _FORMAT_WORDS)
 
-    def _after_error(self, exc: Exception, fmt: str, schema: dict[str, Any] | None, retries: int,
-                     waited: float) -> tuple[str, float | None]:
+    def _after_error(
+        self, exc: Exception, fmt: str, schema: dict[str, Any] | None, retries: int, waited: float
+    ) -> tuple[str, float | None]:
         """After a failed attempt: (format for the next attempt, seconds of backoff before it).
 
         A rejected response format switches to "none" for good and is repeated at once; a
@@ -331,17 +361,26 @@ class OpenAIBackend:
         if reason is None:
             raise _GiveUp(exc, f" (after {retries} retries)" if retries else "")
         if retries >= self.max_retries:
-            raise _GiveUp(exc, f" (gave up after {retries} retries, {waited:.1f}s of backoff)"
-                          if retries else "")
-        backoff = min(self.backoff_max, self.backoff_base * 2.0 ** retries)
+            raise _GiveUp(
+                exc,
+                f" (gave up after {retries} retries, {waited:.1f}s of backoff)" if retries else "",
+            )
+        backoff = min(self.backoff_max, self.backoff_base * 2.0**retries)
         delay = float(self._rng.uniform(0.5 * backoff, backoff)) if backoff > 0 else 0.0
         after = retry_after(exc)
         if after is not None:
             delay = max(delay, after)  # never sooner than the server asked
         if waited + delay > self.max_retry_wait:
-            asked = f"Retry-After {after:g}s" if after is not None and after >= delay else f"backoff {delay:.1f}s"
-            raise _GiveUp(exc, f" (not retried: {asked} would exceed max_retry_wait={self.max_retry_wait:g}s"
-                               f" after {retries} retries)")
+            asked = (
+                f"Retry-After {after:g}s"
+                if after is not None and after >= delay
+                else f"backoff {delay:.1f}s"
+            )
+            raise _GiveUp(
+                exc,
+                f" (not retried: {asked} would exceed max_retry_wait={self.max_retry_wait:g}s"
+                f" after {retries} retries)",
+            )
         report = current_report()
         if report is not None:
             report.retried(reason, delay)
@@ -351,8 +390,11 @@ class OpenAIBackend:
     def _fall_back_to_none(self) -> None:
         self.response_format = "none"
         self.format_fallbacks += 1
-        log.warning("model server at %s rejected response_format=%s; using none from now on",
-                    self.base_url or "api.openai.com", self.requested_format)
+        log.warning(
+            "model server at %s rejected response_format=%s; using none from now on",
+            self.base_url or "api.openai.com",
+            self.requested_format,
+        )
 
     def _describe(self, exc: BaseException) -> str:
         where = self.base_url or "the OpenAI API"
@@ -405,8 +447,12 @@ class OpenAIBackend:
             while True:
                 start = time.perf_counter()
                 try:
-                    response = client.post(_PATH, cast_to=ChatCompletion, options=self._options(),
-                                           body=self._request(messages, schema, params, fmt))
+                    response = client.post(
+                        _PATH,
+                        cast_to=ChatCompletion,
+                        options=self._options(),
+                        body=self._request(messages, schema, params, fmt),
+                    )
                     return self._completion(response, time.perf_counter() - start, fmt)
                 except (openai.APIStatusError, openai.APIConnectionError) as exc:
                     failed = exc
@@ -436,15 +482,17 @@ class OpenAIBackend:
                 try:
                     body = self._request(messages, schema, params, fmt)
                     if pool is None:
-                        response = await client.post(_PATH, cast_to=ChatCompletion, body=body,
-                                                     options=self._options())
+                        response = await client.post(
+                            _PATH, cast_to=ChatCompletion, body=body, options=self._options()
+                        )
                     else:
                         async with pool.slot(self.endpoint) as queued:  # one slot per attempt
                             if report is not None:
                                 report.queued_s += queued
                             start = time.perf_counter()
-                            response = await client.post(_PATH, cast_to=ChatCompletion, body=body,
-                                                         options=self._options())
+                            response = await client.post(
+                                _PATH, cast_to=ChatCompletion, body=body, options=self._options()
+                            )
                     return self._completion(response, time.perf_counter() - start, fmt)
                 except (openai.APIStatusError, openai.APIConnectionError) as exc:
                     failed = exc
@@ -465,8 +513,10 @@ class OpenAIBackend:
         return {"timeout": self.timeout, "max_retries": 0}
 
     def __repr__(self) -> str:
-        return (f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r}, "
-                f"api_key_env={self.api_key_env!r}, response_format={self.response_format!r})")
+        return (
+            f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r}, "
+            f"api_key_env={self.api_key_env!r}, response_format={self.response_format!r})"
+        )
 
     __str__ = __repr__
 

@@ -92,9 +92,11 @@ class ClientPool:
         self._global: asyncio.Semaphore | None = None
         self._sems: dict[str, asyncio.Semaphore] = {}
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, Any]] = (
-            weakref.WeakKeyDictionary())
-        self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = (
-            weakref.WeakKeyDictionary())
+            weakref.WeakKeyDictionary()
+        )
+        self._closers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncGenerator[None, None]
+        ] = weakref.WeakKeyDictionary()
         self._since = time.perf_counter()
         self._last = self._since
         self._area = 0.0  # integral of in_flight over time since reset_counters()
@@ -214,16 +216,21 @@ class ClientPool:
     def snapshot(self) -> dict[str, Any]:
         """The counters as plain data (for logs and benchmarks)."""
         return {
-            "max_in_flight": self.max_in_flight, "per_endpoint": self.per_endpoint,
-            "in_flight": self.in_flight, "peak_in_flight": self.peak_in_flight,
-            "queued": self.queued, "requests": self.requests,
+            "max_in_flight": self.max_in_flight,
+            "per_endpoint": self.per_endpoint,
+            "in_flight": self.in_flight,
+            "peak_in_flight": self.peak_in_flight,
+            "queued": self.queued,
+            "requests": self.requests,
             "mean_in_flight": round(self.mean_in_flight(), 3),
             "endpoints": {name: vars(ep).copy() for name, ep in self.endpoints.items()},
         }
 
     def __repr__(self) -> str:
-        return (f"ClientPool(max_in_flight={self.max_in_flight}, per_endpoint={self.per_endpoint}, "
-                f"in_flight={self.in_flight}, peak={self.peak_in_flight}, queued={self.queued})")
+        return (
+            f"ClientPool(max_in_flight={self.max_in_flight}, per_endpoint={self.per_endpoint}, "
+            f"in_flight={self.in_flight}, peak={self.peak_in_flight}, queued={self.queued})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("a ClientPool belongs to one process; build one per process")
@@ -259,8 +266,10 @@ def parse_price(text: str) -> tuple[str, tuple[float, float]]:
             raise ValueError
         prices = (float(parts[0]), float(parts[1]))
     except ValueError:
-        raise ValueError(f"price {text!r}: write MODEL=IN,OUT in USD per million prompt and "
-                         "completion tokens, e.g. gpt-4o-mini=0.15,0.60") from None
+        raise ValueError(
+            f"price {text!r}: write MODEL=IN,OUT in USD per million prompt and "
+            "completion tokens, e.g. gpt-4o-mini=0.15,0.60"
+        ) from None
     if min(prices) < 0:
         raise ValueError(f"price {text!r}: prices cannot be negative")
     return model.strip(), prices
@@ -299,11 +308,17 @@ class Budget:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_options(cls, max_tokens: int | None = None, max_cost_usd: float | None = None,
-                     prices: Mapping[str, tuple[float, float]] | list[str] | None = None) -> Budget | None:
+    def from_options(
+        cls,
+        max_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+        prices: Mapping[str, tuple[float, float]] | list[str] | None = None,
+    ) -> Budget | None:
         """A budget from CLI-style options (``prices`` may be ``MODEL=IN,OUT`` strings), or None
         when neither limit is set and no price is given."""
-        table = dict(parse_price(p) for p in prices) if isinstance(prices, list) else dict(prices or {})
+        table = (
+            dict(parse_price(p) for p in prices) if isinstance(prices, list) else dict(prices or {})
+        )
         if max_tokens is None and max_cost_usd is None and not table:
             return None
         return cls(max_tokens, max_cost_usd, table)
@@ -315,8 +330,9 @@ class Budget:
     def price(self, model: str) -> Price | None:
         return lookup_price(self.prices, model)
 
-    def charge(self, model: str, prompt_tokens: int, completion_tokens: int,
-               price: Price | None = None) -> None:
+    def charge(
+        self, model: str, prompt_tokens: int, completion_tokens: int, price: Price | None = None
+    ) -> None:
         """Count one completion's tokens, and its cost at ``price`` (an LLM seat passes the price
         it costed the completion at, its own or this table's), else at this table's price of
         ``model``; a completion with neither is counted as unpriced."""
@@ -332,8 +348,9 @@ class Budget:
     @property
     def exhausted(self) -> bool:
         """True once the tokens or the cost reached their limit."""
-        return ((self.max_tokens is not None and self.tokens >= self.max_tokens)
-                or (self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd))
+        return (self.max_tokens is not None and self.tokens >= self.max_tokens) or (
+            self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd
+        )
 
     def spent_text(self) -> str:
         text = f"{self.tokens:,} tokens ({self.prompt_tokens:,} prompt, {self.completion_tokens:,} completion)"
@@ -352,11 +369,15 @@ class Budget:
     def message(self) -> str:
         """One line: whether the budget stopped the run, what was spent, what was not played."""
         head = "budget spent" if self.stopped else "budget"
-        text = (f"{head}: {self.spent_text()} of the limit {self.limits_text()}; "
-                f"{self.finished} episode(s) finished")
+        text = (
+            f"{head}: {self.spent_text()} of the limit {self.limits_text()}; "
+            f"{self.finished} episode(s) finished"
+        )
         if self.stopped:
-            text += (f", {self.not_started} not started (episodes in flight were finished and "
-                     "kept); run again, with a bigger budget, to play the rest")
+            text += (
+                f", {self.not_started} not started (episodes in flight were finished and "
+                "kept); run again, with a bigger budget, to play the rest"
+            )
         if self.unpriced and self.max_cost_usd is not None:
             text += f"; no price for {', '.join(sorted(self.unpriced))}: not costed"
         return text

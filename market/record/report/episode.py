@@ -268,7 +268,8 @@ def event_of(ev: StepEvent) -> Event:
         agent_error=None if ev.agent_error is None else clean_text(ev.agent_error),
         llm_error=None if llm is None or llm.error is None else clean_text(llm.error),
         fallback=extra.get("fallback") is True,
-        repairs=max(0, attempts - 1) if isinstance(attempts, int) and not isinstance(attempts, bool)
+        repairs=max(0, attempts - 1)
+        if isinstance(attempts, int) and not isinstance(attempts, bool)
         else 0,
     )
 
@@ -293,7 +294,9 @@ def episode_of(t: Transcript, label: str | None = None) -> Episode:
     ep = Episode(
         label=label or (t.path.name if t.path is not None else "episode"),
         header=t.header.model_dump(mode="json", exclude={"prev", "digest"}),
-        footer={} if t.footer is None else t.footer.model_dump(mode="json", exclude={"prev", "digest"}),
+        footer={}
+        if t.footer is None
+        else t.footer.model_dump(mode="json", exclude={"prev", "digest"}),
         source=str(t.path) if t.path is not None else "",
     )
     if t.incomplete is not None:

@@ -86,8 +86,6 @@ def join(items: Iterable[Any], sep: str = "") -> Safe:
     return Safe(esc(sep).join(_children(items)))
 
 
-
-
 def short_text(v: Any) -> str:
     if isinstance(v, Mapping):
         return (
@@ -116,7 +114,6 @@ def fmt(v: Any, digits: int = 2) -> str:
 def clip(text: str, limit: int) -> str:
     text = clean_text(text)
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
 
 
 TEXT_LIMIT = 20_000  # characters of one prompt or model output shown in the page

@@ -157,7 +157,9 @@ def _episode_section(ep: Episode, idx: int) -> Safe:
         ]
     )
     counts = interaction_counts(ep)
-    pairs = sorted(counts.items(), key=lambda kv: (seat_sort_key(kv[0][0]), seat_sort_key(kv[0][1])))
+    pairs = sorted(
+        counts.items(), key=lambda kv: (seat_sort_key(kv[0][0]), seat_sort_key(kv[0][1]))
+    )
     pair_table = html_table(
         ["pair", *EDGE_KINDS],
         [[f"{a} - {b}", *(str(k[x]) for x in EDGE_KINDS)] for (a, b), k in pairs],
@@ -220,31 +222,66 @@ def _health(episodes: Sequence[Episode]) -> Safe:
     troubled = [x for x in health if x.troubled]
     decisions = sum(x.decisions for x in health)
     if not troubled:
-        return h("p", f"Agent health: no fallbacks, agent errors, timeouts or repairs in "
-                      f"{decisions} decisions.", class_="ok", id="health")
+        return h(
+            "p",
+            f"Agent health: no fallbacks, agent errors, timeouts or repairs in "
+            f"{decisions} decisions.",
+            class_="ok",
+            id="health",
+        )
     loud = over_share(troubled, WARN_SHARE)
-    rows = [[x.seat, x.agent, str(x.decisions), f"{x.fallbacks} ({x.share:.0%})",
-             str(x.agent_errors), str(x.timeouts), str(x.repairs), clip(x.first_error or "", 300)]
-            for x in troubled]
+    rows = [
+        [
+            x.seat,
+            x.agent,
+            str(x.decisions),
+            f"{x.fallbacks} ({x.share:.0%})",
+            str(x.agent_errors),
+            str(x.timeouts),
+            str(x.repairs),
+            clip(x.first_error or "", 300),
+        ]
+        for x in troubled
+    ]
     return h(
         "section",
         h("h2", "\u26a0 Agent failures" if loud else "Agent fallbacks and repairs"),
         [h("p", line, class_="err") for line in warnings(troubled)],
-        html_table(["seat", "agent", "decisions", "fell back", "errors", "timeouts", "repairs",
-                "first error"], rows, "health", numeric=(2, 3, 4, 5, 6)),
-        h("p", "A decision falls back when the agent raised, ran past the time limit or found "
-               "no usable reply; the seat then played the safe fallback action (abstain in "
-               "bidding, wait otherwise). Repairs are an LLM seat's re-asks after an unusable "
-               "reply. The judge row counts an LLM judge's verdicts that fell back on the rule "
-               "verdict.", class_="muted"),
+        html_table(
+            [
+                "seat",
+                "agent",
+                "decisions",
+                "fell back",
+                "errors",
+                "timeouts",
+                "repairs",
+                "first error",
+            ],
+            rows,
+            "health",
+            numeric=(2, 3, 4, 5, 6),
+        ),
+        h(
+            "p",
+            "A decision falls back when the agent raised, ran past the time limit or found "
+            "no usable reply; the seat then played the safe fallback action (abstain in "
+            "bidding, wait otherwise). Repairs are an LLM seat's re-asks after an unusable "
+            "reply. The judge row counts an LLM judge's verdicts that fell back on the rule "
+            "verdict.",
+            class_="muted",
+        ),
         class_="health alert" if loud else "health note",
         id="health",
     )
 
 
 def _version_items(header: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    return [(key, header[key]) for key in ("package_version", "schema_version", "judge", "python")
-            if key in header]
+    return [
+        (key, header[key])
+        for key in ("package_version", "schema_version", "judge", "python")
+        if key in header
+    ]
 
 
 def _index(episodes: Sequence[Episode]) -> Safe:

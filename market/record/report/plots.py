@@ -46,7 +46,9 @@ COMPONENT_COLORS = {
 def component_color(name: str) -> int:
     """The palette index of a reward component (see :data:`COMPONENT_COLORS`)."""
     known = COMPONENT_COLORS.get(name)
-    return known if known is not None else zlib.crc32(name.encode("utf-8", "replace")) % len(PALETTE)
+    return (
+        known if known is not None else zlib.crc32(name.encode("utf-8", "replace")) % len(PALETTE)
+    )
 
 
 EDGE_COLORS = {
@@ -76,8 +78,9 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return ticks
 
 
-def _y_grid(ticks: list[float], sy: Callable[[float], float], left: float,
-            width: float) -> list[Safe]:
+def _y_grid(
+    ticks: list[float], sy: Callable[[float], float], left: float, width: float
+) -> list[Safe]:
     """A horizontal grid line and a left-hand label at each y tick."""
     parts: list[Safe] = []
     for t in ticks:
@@ -104,14 +107,39 @@ class Series:
     markers: bool = True
 
 
-def _plot_svg(parts: list[Any], y_label: str | None, top: float, ph: float, width: int, height: int,
-              plot_id: str) -> Any:
+def _plot_svg(
+    parts: list[Any],
+    y_label: str | None,
+    top: float,
+    ph: float,
+    width: int,
+    height: int,
+    plot_id: str,
+) -> Any:
     """The plot's <svg>: its parts plus the rotated y-axis label, if any."""
     if y_label:
-        parts.append(h("text", y_label, x=12, y=top + ph / 2, class_="axis", text_anchor="middle",
-                       transform=f"rotate(-90 12 {top + ph / 2})"))
-    return h("svg", parts, xmlns="http://www.w3.org/2000/svg", viewBox=f"0 0 {width} {height}",
-             width=width, height=height, class_="plot", role="img", data_plot=plot_id)
+        parts.append(
+            h(
+                "text",
+                y_label,
+                x=12,
+                y=top + ph / 2,
+                class_="axis",
+                text_anchor="middle",
+                transform=f"rotate(-90 12 {top + ph / 2})",
+            )
+        )
+    return h(
+        "svg",
+        parts,
+        xmlns="http://www.w3.org/2000/svg",
+        viewBox=f"0 0 {width} {height}",
+        width=width,
+        height=height,
+        class_="plot",
+        role="img",
+        data_plot=plot_id,
+    )
 
 
 def line_chart(

@@ -52,7 +52,10 @@ def round_section(
     verdicts = [v for v in r.get("judge") or [] if isinstance(v, Mapping)]
     bids = as_mapping(r.get("bids"))
     won, paid = as_mapping(r.get("won")), as_mapping(r.get("paid"))
-    shill, collusion = as_mapping(r.get("shill_penalties")), as_mapping(r.get("collusion_penalties"))
+    shill, collusion = (
+        as_mapping(r.get("shill_penalties")),
+        as_mapping(r.get("collusion_penalties")),
+    )
     bidders = list(dict.fromkeys([*bids, *won, *paid, *shill, *collusion]))
     opt, alloc = as_float(r.get("optimal_welfare")), as_float(r.get("allocated_welfare"))
     head = h(
@@ -216,9 +219,14 @@ def events_table(events: list[Event]) -> Safe:
                 )
                 if x
             )
-            inner = [h("div", "model output", class_="muted"), preformatted(ev.raw_output or "", "llm")]
+            inner = [
+                h("div", "model output", class_="muted"),
+                preformatted(ev.raw_output or "", "llm"),
+            ]
             if ev.prompt is not None:
-                inner.append(h("details", h("summary", "prompt"), preformatted(ev.prompt, "prompt")))
+                inner.append(
+                    h("details", h("summary", "prompt"), preformatted(ev.prompt, "prompt"))
+                )
             detail.append(
                 h(
                     "details",

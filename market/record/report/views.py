@@ -92,7 +92,9 @@ def interaction_counts(ep: Episode) -> dict[tuple[str, str], dict[str, int]]:
                 add(ev.seat, other, "message")
     for r in ep.rounds:
         for cartel in r.get("suspected_cartels") or []:
-            members = [s for s in (seat_of(m) for m in as_mapping(cartel).get("members") or []) if s]
+            members = [
+                s for s in (seat_of(m) for m in as_mapping(cartel).get("members") or []) if s
+            ]
             for i, a in enumerate(members):
                 for b in members[i + 1 :]:
                     add(a, b, "cartel")

@@ -1,0 +1,191 @@
+"""LLM seat specs: what ``llm:PROVIDER?key=value&...`` may say and how each value is read.
+
+The agent's own parameters and their converters, the backends each provider names, checking
+parameter names (with a did-you-mean) and coercing values to the backend's signature."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.base import as_flag
+
+
+def describe_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def model_name(params: Mapping[str, Any]) -> str:
+    """The model name a backend would report, from spec parameters (offline replay)."""
+    for key in ("model_name", "model"):
+        if params.get(key):
+            return str(params[key])
+    path = str(params.get("path") or "")
+    if not path:
+        raise TypeError("cache_mode=read needs model=... (part of the cache key)")
+    p = Path(str(params.get("gguf_file") or path))
+    return p.stem if p.suffix == ".gguf" else p.name
+
+
+def as_bool(value: Any) -> bool:
+    return as_flag(value, "value")
+
+
+def optional(conv: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        return (
+            None
+            if value is None or str(value).strip().lower() in ("none", "null", "")
+            else conv(value)
+        )
+
+    return convert
+
+
+AGENT_PARAM_TYPES: dict[str, Callable[[Any], Any]] = {
+    "retries": int,
+    "fallback": str,
+    "temperature": optional(float),
+    "max_tokens": optional(int),
+    "send_seed": as_bool,
+    "structured": as_bool,
+    "call_timeout": optional(float),
+}
+#: every parameter an ``llm:`` spec takes whatever its provider (the backend's come on top)
+AGENT_PARAMS: tuple[str, ...] = (
+    *AGENT_PARAM_TYPES,
+    "price_prompt",
+    "price_completion",
+    "cache",
+    "cache_mode",
+)
+#: parameters of earlier versions, refused with what to write instead
+RENAMED_PARAMS = {
+    "cost_prompt": "price_prompt",
+    "cost_completion": "price_completion",
+}
+
+
+def price_value(name: str, value: Any) -> float:
+    try:
+        price = float(value or 0.0)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name}={value!r}: give USD per million tokens as a number, "
+            "e.g. price_prompt=0.15&price_completion=0.60"
+        ) from None
+    if not price >= 0:
+        raise TypeError(f"{name}={value!r}: a price cannot be negative")
+    return price
+
+
+def backend_params(backend_cls: type) -> list[str] | None:
+    """The parameter names of a backend class's constructor (None: it takes any keyword)."""
+    sig = inspect.signature(backend_cls)
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return [
+        n
+        for n, p in sig.parameters.items()
+        if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+
+
+def unknown_parameter_message(name: str, where: str, groups: Mapping[str, Sequence[str]]) -> str:
+    """``unknown parameter 'retrys'[ for WHERE]; did you mean 'retries'? GROUP parameters: ...``
+    with the nearest valid name (difflib) and every valid one, by group."""
+    valid = [n for names in groups.values() for n in names]
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}? " if close else "; "
+    listed = "; ".join(
+        f"{group} parameters: {', '.join(names) or '(none)'}" for group, names in groups.items()
+    )
+    return f"unknown parameter {name!r}{f' for {where}' if where else ''}{hint}{listed}"
+
+
+def check_names(backend_cls: type, params: Mapping[str, Any]) -> None:
+    """Refuse a parameter neither the agent nor the backend takes, listing both sets."""
+    backend = backend_params(backend_cls)
+    for key in params:
+        if key in RENAMED_PARAMS:
+            raise TypeError(
+                f"{key} was USD per 1k tokens and is now {RENAMED_PARAMS[key]}, in USD per million "
+                f"tokens as providers publish prices and as --price takes them: write "
+                f"{RENAMED_PARAMS[key]}=<your {key} x 1000>"
+            )
+        if key in AGENT_PARAMS or backend is None or key in backend:
+            continue
+        raise TypeError(
+            unknown_parameter_message(
+                key, "", {"agent": AGENT_PARAMS, backend_cls.__name__: backend}
+            )
+        )
+
+
+PROVIDERS: dict[str, str] = {
+    "openai": "agents.llm.backends.openai_backend:OpenAIBackend",
+    "hf": "agents.llm.backends.hf_backend:HFBackend",
+}
+
+
+def backend_class(provider: str) -> type:
+    """The backend class of a provider name (``openai``, ``hf``) or ``module:Class``."""
+    target = PROVIDERS.get(provider, provider)
+    module_name, _, class_name = target.partition(":")
+    if not class_name:
+        raise TypeError(
+            f"unknown LLM provider {provider!r}; known: {', '.join(PROVIDERS)} (or module:Class)"
+        )
+    module = importlib.import_module(module_name)
+    cls = getattr(module, class_name, None)
+    if cls is None:  # tolerate the other usual spellings of a transformers backend
+        cls = next(
+            (
+                getattr(module, n)
+                for n in ("HFBackend", "HfBackend", "TransformersBackend")
+                if hasattr(module, n)
+            ),
+            None,
+        )
+    if cls is None:
+        raise TypeError(f"{module_name} has no backend class {class_name}")
+    return cls
+
+
+def coerce_params(cls: type, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Convert spec strings by the types of ``cls.__init__``'s defaults; unknown names raise TypeError."""
+    sig = inspect.signature(cls)
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        param = sig.parameters.get(key)
+        if param is None:
+            if accepts_any:
+                out[key] = value
+                continue
+            raise TypeError(
+                f"unknown parameter {key!r}; {cls.__name__} takes: "
+                f"{', '.join(n for n in sig.parameters if n != 'self')}"
+            )
+        default = param.default
+        if param.annotation in ("str", str) and not isinstance(value, str):
+            out[key] = str(value)  # e.g. model=7 coerced to an int by a spec parser
+        elif not isinstance(value, str):
+            out[key] = value
+        elif value.strip().lower() in ("none", "null") and (
+            default is None or default is param.empty
+        ):
+            out[key] = None
+        elif isinstance(default, bool):
+            out[key] = as_bool(value)
+        elif isinstance(default, int):
+            out[key] = int(value)
+        elif isinstance(default, float):
+            out[key] = float(value)
+        else:
+            out[key] = value
+    return out
