@@ -100,7 +100,10 @@ def test_llama_server_bidder_single_trade(llama: LlamaServer, record_property: A
     agent = llama_agent(llama)
     env = raw_env("single_trade", rounds=1)
     start = time.perf_counter()
-    result = run_episode(env.scenario, seed=0, seats={"bidder_0": agent}, env=env)
+    # a CPU model on a loaded CI machine can take minutes per decision: not the scenario's limit
+    result = run_episode(
+        env.scenario, seed=0, seats={"bidder_0": agent}, env=env, agent_timeout=900.0
+    )
     elapsed = time.perf_counter() - start
     assert len(result.round_log) == 1  # the episode ran to its end
     summary = check_llm_seat(result, "bidder_0", agent)
@@ -220,7 +223,9 @@ def test_hf_backend_market_round(hf_backend: Any, record_property: Any) -> None:
     bidder = recording(LLMAgent(hf_backend, retries=0, max_tokens=HF_MAX_TOKENS))
     sc = load_scenario("market_round", rounds=1, negotiation_turns=0, shocks=[])
     start = time.perf_counter()
-    result = run_episode(sc, seed=0, seats={"designer_0": designer, "bidder_0": bidder})
+    result = run_episode(
+        sc, seed=0, seats={"designer_0": designer, "bidder_0": bidder}, agent_timeout=900.0
+    )
     elapsed = time.perf_counter() - start
     assert len(result.round_log) == 1
     summaries = {
