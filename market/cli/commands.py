@@ -15,7 +15,7 @@ from rich.table import Table
 from agents.registry import REGISTRY, plugin_status
 from market.bench.suite import bench_command
 from market.cli.expert_matrix_command import cmd_expert_matrix
-from market.cli.parser import one_line, parse_seeds
+from market.cli.parser import one_line, parse_seeds, parse_specs
 from market.record.replay_cli import run_cli
 from market.record.report import write_report
 from market.record.transcript import TranscriptError
@@ -169,10 +169,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if summary.failed else STRICT_EXIT if strict_failed else 0
 
 
-def _specs(text: str) -> list[str]:
-    return [s.strip() for s in text.split(",") if s.strip()]
-
-
 DEFAULT_EVAL_AGENTS = (
     "rule_expert,truthful,no_negotiation,greedy_hoarder,always_accept,random_valid"
 )
@@ -201,8 +197,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 args.seeds,
                 out,
                 args.workers,
-                candidates=_specs(args.candidates) or None,
-                alternatives=_specs(args.alternatives) or None,
+                candidates=parse_specs(args.candidates) or None,
+                alternatives=parse_specs(args.alternatives) or None,
                 deviations=not args.no_deviations,
                 progress=not args.no_progress,
                 fresh=args.fresh,
@@ -213,8 +209,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         else:
             out = args.out or Path("runs") / "eval"
             table = evaluate(
-                _specs(args.agents),
-                _specs(args.scenarios),
+                parse_specs(args.agents),
+                parse_specs(args.scenarios),
                 args.seat,
                 args.seeds,
                 out,

@@ -6,12 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from market.cli.parser import parse_specs
 from market.run.expert_matrix import BASELINE, DEFAULT_SEEDS, expert_matrix
 from market.run.jobs import RunConfigError
-
-
-def _specs(text: str) -> list[str]:
-    return [s.strip() for s in text.split(",") if s.strip()]
 
 
 def scenario_code(name: str) -> str:
@@ -40,8 +37,8 @@ def cmd_expert_matrix(args: argparse.Namespace) -> int:
             DEFAULT_SEEDS if args.seeds is None else args.seeds,
             out,
             args.workers,
-            members=_specs(args.agents) if args.agents else None,
-            scenarios=_specs(args.scenarios) if args.scenarios else None,
+            members=parse_specs(args.agents) if args.agents else None,
+            scenarios=parse_specs(args.scenarios) if args.scenarios else None,
             seat=args.seat,
             progress=not args.no_progress,
         )

@@ -565,4 +565,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-__all__ = ["EXAMPLES", "build_parser", "one_line", "parse_seat", "parse_seeds"]
+def parse_specs(text: str) -> list[str]:
+    """A comma-separated list of agent specs or scenario names, blanks dropped."""
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+__all__ = ["EXAMPLES", "build_parser", "one_line", "parse_seat", "parse_seeds", "parse_specs"]

@@ -541,14 +541,19 @@ def rejudge(source: Transcript | str | Path, spec: str, *, partial: bool = False
 # the `gpumarket replay` command
 # ---------------------------------------------------------------------------------------------
 def transcript_files(paths: list[Path]) -> list[Path]:
-    """The transcripts that ``paths`` name: files as given, every ``*.jsonl`` of a folder (in
-    episode order), the ``transcripts/`` folder of a run folder."""
+    """The transcripts that ``paths`` name: files as given; for a folder, its ``*.jsonl`` (in
+    episode order) and those of its subfolders; for a run folder, its ``transcripts/`` only."""
     files: list[Path] = []
     for p in paths:
-        if p.is_dir() and (p / "run.json").is_file() and (p / "transcripts").is_dir():
-            p = p / "transcripts"  # a run folder (market.run.runner): its transcripts
-        if p.is_dir():
-            files += sorted(p.glob("*.jsonl"), key=lambda f: (len(f.stem), f.stem))
-        else:
-            files.append(p)
+        files += folder_transcripts(p) if p.is_dir() else [p]
+    return files
+
+
+def folder_transcripts(folder: Path) -> list[Path]:
+    """Every transcript below ``folder``, a run folder's results and rounds files left out."""
+    if (folder / "run.json").is_file() and (folder / "transcripts").is_dir():
+        folder = folder / "transcripts"  # a run folder (market.run.runner): its transcripts
+    files = sorted(folder.glob("*.jsonl"), key=lambda f: (len(f.stem), f.stem))
+    for sub in sorted(d for d in folder.iterdir() if d.is_dir()):
+        files += folder_transcripts(sub)
     return files

@@ -13,7 +13,7 @@ import pytest
 from agents.base import BaseAgent
 from agents.registry import registered
 from market.cli import main as cli
-from market.record.replay import builtin_drift, rejudge, replay, rerecord
+from market.record.replay import builtin_drift, rejudge, replay, rerecord, transcript_files
 from market.record.transcript import TranscriptError, read_transcript, records_of, rewrite
 from market.run.rollout import run_episode
 from scenarios import builtin_names, load_scenario
@@ -282,6 +282,28 @@ def test_replay_a_directory(tmp_path: Path) -> None:
         shutil.copy(GOLDEN / f"{name}.jsonl", tmp_path / f"{name}.jsonl")
     assert cli(["replay", str(tmp_path), "--rounds"]) == 0
     assert cli(["replay", str(tmp_path / "nothing-here")]) == 2
+
+
+def test_replay_of_the_transcripts_folder_covers_every_golden(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``gpumarket replay transcripts`` finds the goldens in subfolders and replays each exactly."""
+    goldens = sorted(GOLDEN.glob("*.jsonl"))
+    assert len(goldens) >= 10
+    assert cli(["replay", str(GOLDEN.parent)]) == 0
+    out = capsys.readouterr().out
+    for path in goldens:
+        assert f"{path.name}: " in out and out.count("replay exact") == len(goldens)
+
+
+def test_a_folder_of_run_folders_replays_only_their_transcripts(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "single_trade"
+    (run / "transcripts").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    (run / "results.jsonl").write_text("not a transcript\n")
+    shutil.copy(GOLDEN / "single_trade.jsonl", run / "transcripts" / "0.jsonl")
+    assert transcript_files([tmp_path]) == [run / "transcripts" / "0.jsonl"]
+    assert cli(["replay", str(tmp_path)]) == 0
 
 
 # --- re-judging -----------------------------------------------------------------------------------
