@@ -40,6 +40,7 @@ from agents.llm.spec import (
     coerce_params,
     describe_error,
     model_name,
+    preset_params,
     price_value,
 )
 from agents.scripted import truthful_bid
@@ -393,6 +394,7 @@ class LLMAgent(BaseAgent):
             + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
         )
         backend_cls = backend_class(provider)
+        params = preset_params(provider, params)
         check_names(backend_cls, params)
         agent_kw: dict[str, Any] = {}
         for key, conv in AGENT_PARAM_TYPES.items():

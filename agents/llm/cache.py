@@ -79,7 +79,7 @@ def _next_occurrence(key: str) -> int:
 
 def cache_key(
     model: str,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     schema: dict[str, Any] | None,
     params: dict[str, Any],
 ) -> str:
@@ -216,7 +216,7 @@ class CachedBackend:
         self.misses = 0
 
     def _lookup(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> tuple[str, int, Completion | None]:
         key = cache_key(self.model, messages, schema, params)
         n = _next_occurrence(key)
@@ -245,7 +245,7 @@ class CachedBackend:
         self.cache.put(key, n, completion, error, self.model)
 
     def complete(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion:
         key, n, hit = self._lookup(messages, schema, params)
         if hit is not None:
@@ -260,7 +260,7 @@ class CachedBackend:
         return completion
 
     async def acomplete(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion:
         key, n, hit = self._lookup(messages, schema, params)
         if hit is not None:

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.llm.backends.base import Backend, Completion
+from agents.llm.backends.base import Backend, Completion, describe_error
 from agents.llm.backends.openai_backend import OpenAIBackend
 from agents.llm.cache import ResponseCache
 from market.core.claims import Claim, JudgeContext
@@ -203,7 +203,7 @@ class LLMJudge:
                     },
                 ]
             except Exception as exc:  # BackendError, timeouts, anything the client raises
-                error = f"backend error: {type(exc).__name__}"
+                error = f"backend error: {describe_error(exc)}"
         raise RuntimeError(error)
 
     def score(self, pitch: Pitch, lab: Lab, context: JudgeContext) -> Verdict:

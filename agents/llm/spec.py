@@ -1,7 +1,13 @@
 """LLM seat specs: what ``llm:PROVIDER?key=value&...`` may say and how each value is read.
 
 The agent's own parameters and their converters, the backends each provider names, checking
-parameter names (with a did-you-mean) and coercing values to the backend's signature."""
+parameter names (with a did-you-mean) and coercing values to the backend's signature.
+
+``PROVIDER`` is ``openai`` (any OpenAI-compatible server, configured by hand), ``hf``
+(transformers in process), ``module:Class``, or a preset of :mod:`agents.llm.providers`
+(``vllm``, ``llama.cpp``, ``ollama``, ``groq``...): ``llm:vllm?model=M`` is
+``llm:openai?provider=vllm&model=M``, with the preset's base URL, key variable, response format
+and capabilities."""
 
 from __future__ import annotations
 
@@ -13,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from agents.base import as_flag
+from agents.llm.backends.base import describe_error
+from agents.llm.providers import ALIASES, PRESETS
 
-
-def describe_error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
+__all__ = ["describe_error"]  # kept importable from here
 
 
 def model_name(params: Mapping[str, Any]) -> str:
@@ -126,10 +132,28 @@ def check_names(backend_cls: type, params: Mapping[str, Any]) -> None:
         )
 
 
+_OPENAI = "agents.llm.backends.openai_backend:OpenAIBackend"
 PROVIDERS: dict[str, str] = {
-    "openai": "agents.llm.backends.openai_backend:OpenAIBackend",
+    "openai": _OPENAI,
     "hf": "agents.llm.backends.hf_backend:HFBackend",
+    **{name: _OPENAI for name in (*PRESETS, *ALIASES) if name != "openai"},
 }
+
+
+def preset_params(provider: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The backend parameters of ``llm:PROVIDER?...``: a preset name other than ``openai`` adds
+    ``provider=NAME`` (a ``provider=`` in the spec must agree with it)."""
+    out = dict(params)
+    name = ALIASES.get(provider, provider)
+    if name in PRESETS and name != "openai":
+        given = out.get("provider")
+        if given is not None and ALIASES.get(str(given), str(given)) != name:
+            raise TypeError(
+                f"llm:{provider} names the {name} preset but the spec says provider={given}; "
+                "keep one of them"
+            )
+        out["provider"] = name
+    return out
 
 
 def backend_class(provider: str) -> type:

@@ -16,7 +16,20 @@ What it answers:
   designer rotates mechanisms, labs wait while negotiating and bid their job values);
 - ``latency`` delays every reply (the fixed-latency mode for the concurrency benchmark);
 - ``reject_json_schema`` answers ``response_format.type == "json_schema"`` with an error, as
-  llama.cpp's server does.
+  llama.cpp's server does; ``reject_null_content`` answers HTTP 500 to a message whose
+  ``content`` is null, as llama.cpp's server does;
+- tools: when the request sends ``tools``, the answer is a tool call (content null): the function
+  ``tool_choice`` forces, else the tool named like the default policy's ``action_type`` with the
+  rest of that action as arguments, else the first tool with ``{}`` (a scripted
+  ``Reply(tool_calls=[...])`` or ``Reply(content=...)`` overrides it);
+- reasoning: a request with ``reasoning_effort`` (not ``"none"``) gets a ``reasoning_content``
+  field and ``completion_tokens_details.reasoning_tokens``; ``reasoning="think"`` puts it in a
+  leading ``<think>`` block of the content instead; a scripted ``Reply(reasoning=...)`` always;
+- tokens: ``POST /tokenize`` and ``/extras/tokenize/count`` count whitespace-separated words.
+
+A request whose client goes away while the server waits out a delay is abandoned: the server
+notices the closed connection within 10 ms, stops, and counts it in ``abandoned``;
+``open_requests`` is the number being served right now.
 
 Usage is deterministic: prompt tokens = characters of all messages // 4, completion tokens =
 characters of the reply // 4 (at least 1), unless ``usage=(prompt, completion)`` fixes them for
@@ -33,6 +46,8 @@ import argparse
 import hashlib
 import json
 import re
+import select
+import socket
 import sys
 import threading
 import time
@@ -54,6 +69,8 @@ class Reply:
     match: str | None = None
     retry: bool = False  # for error statuses: x-should-retry header for the client
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers (Retry-After...)
+    tool_calls: list[dict[str, Any]] | None = None  # [{"name": ..., "arguments": "..."}]
+    reasoning: str | None = None  # returned as reasoning_content
 
 
 @dataclass
@@ -136,6 +153,33 @@ def default_policy(body: dict[str, Any]) -> str:
     )
 
 
+def default_tool_call(body: dict[str, Any], policy: Any) -> dict[str, Any]:
+    """The function call answering a request with ``tools`` (see the module docstring)."""
+    names = [t.get("function", {}).get("name", "") for t in body.get("tools") or []]
+    choice = body.get("tool_choice")
+    try:
+        action = json.loads(policy(body))
+    except (TypeError, ValueError):
+        action = {}
+    action = action if isinstance(action, dict) else {}
+    kind = action.pop("action_type", None)
+    if isinstance(choice, dict):
+        name = choice.get("function", {}).get("name", "")
+        args = action if name == kind else {"ok": True} if name == "ping" else {}
+    elif kind in names:
+        name, args = str(kind), action
+    else:
+        name, args = (names[0] if names else ""), ({"ok": True} if names[:1] == ["ping"] else {})
+    return {"name": name, "arguments": json.dumps(args)}
+
+
+def _word_count(body: dict[str, Any]) -> int:
+    text = next(
+        (body[k] for k in ("prompt", "input", "content") if isinstance(body.get(k), str)), ""
+    )
+    return len(text.split())
+
+
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # many concurrent connections in the benchmark
@@ -152,8 +196,14 @@ class FakeOpenAIServer:
         host: str = "127.0.0.1",
         port: int = 0,
         usage: tuple[int, int] | None = None,
+        reject_null_content: bool = False,
+        reasoning: str = "field",
     ) -> None:
         self.latency = latency
+        self.reject_null_content = reject_null_content
+        self.reasoning = reasoning  # "field": reasoning_content; "think": a <think> block
+        self.open_requests = 0
+        self.abandoned = 0
         self.usage = usage  # fixed (prompt, completion) tokens of every answer, for cost tests
         self.reject_json_schema = reject_json_schema
         self.policy = policy
@@ -229,12 +279,22 @@ class FakeOpenAIServer:
             bearer_sha256=hashlib.sha256(bearer.encode()).hexdigest() if bearer else None,
         )
         fmt = (body.get("response_format") or {}).get("type")
-        reply = None if (self.reject_json_schema and fmt == "json_schema") else self._take(text)
+        null_content = self.reject_null_content and any(
+            m.get("content") is None for m in body.get("messages", [])
+        )
+        rejected = (self.reject_json_schema and fmt == "json_schema") or null_content
+        reply = None if rejected else self._take(text)
         delay = self.latency + (reply.delay if reply else 0.0)
         headers: dict[str, str] = {}
-        if self.reject_json_schema and fmt == "json_schema":
-            status = self.reject_json_schema
+        if null_content:
+            status = 500
             payload: dict[str, Any] = {
+                "error": {"message": "messages: content should be a valid string, got null"}
+            }
+            headers["x-should-retry"] = "false"
+        elif self.reject_json_schema and fmt == "json_schema":
+            status = self.reject_json_schema
+            payload = {
                 "error": {
                     "message": "response_format type json_schema is not supported by this server",
                     "type": "invalid_request_error",
@@ -249,11 +309,7 @@ class FakeOpenAIServer:
             headers.update(reply.headers)
         else:
             status = 200
-            content = (
-                reply.content
-                if reply is not None and reply.content is not None
-                else self.policy(body)
-            )
+            message, content = self._message(body, reply)
             usage = self.usage or (len(text) // 4, max(1, len(content) // 4))
             prompt_tokens = (
                 reply.prompt_tokens if reply and reply.prompt_tokens is not None else usage[0]
@@ -276,8 +332,8 @@ class FakeOpenAIServer:
                 "choices": [
                     {
                         "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                        "message": message,
                     }
                 ],
                 "usage": {
@@ -286,10 +342,64 @@ class FakeOpenAIServer:
                     "total_tokens": prompt_tokens + completion_tokens,
                 },
             }
+            thought = message.get("reasoning_content") or ""
+            if "<think>" in (message.get("content") or ""):
+                thought = message["content"]
+            if thought:
+                payload["usage"]["completion_tokens_details"] = {
+                    "reasoning_tokens": max(1, len(thought) // 4)
+                }
         rec.status, rec.scripted, rec.delay = status, reply is not None, delay
         with self._lock:
             self.requests.append(rec)
         return status, payload, headers, delay
+
+    def _message(self, body: dict[str, Any], reply: Reply | None) -> tuple[dict[str, Any], str]:
+        """The assistant message of a successful answer, and its text for the usage count."""
+        message: dict[str, Any] = {"role": "assistant"}
+        calls = reply.tool_calls if reply is not None else None
+        if calls is None and body.get("tools") and (reply is None or reply.content is None):
+            calls = [default_tool_call(body, self.policy)]
+        content: str | None
+        if calls:
+            content = None
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{len(self.requests)}_{i}",
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                }
+                for i, c in enumerate(calls)
+            ]
+        elif reply is not None and reply.content is not None:
+            content = reply.content
+        else:
+            content = self.policy(body)
+        thought = reply.reasoning if reply is not None else None
+        effort = body.get("reasoning_effort")
+        if thought is None and effort not in (None, "none"):
+            thought = f"fake reasoning at effort {effort}: the action follows the policy"
+        if thought is not None and self.reasoning == "think":
+            content = f"<think>{thought}</think>\n{content or ''}"
+        elif thought is not None:
+            message["reasoning_content"] = thought
+        message["content"] = content
+        counted = (content or "") + "".join(c["arguments"] for c in calls or [])
+        return message, counted
+
+    def _wait(self, handler: BaseHTTPRequestHandler, delay: float) -> bool:
+        """Sleep ``delay`` seconds unless the client closes the connection first (False)."""
+        deadline = time.monotonic() + delay
+        conn: socket.socket = handler.connection
+        while (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([conn], [], [], min(left, 0.01))
+            if readable:
+                try:
+                    if not conn.recv(1, socket.MSG_PEEK):
+                        return False  # EOF: the client is gone
+                except OSError:
+                    return False
+        return True
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -327,6 +437,9 @@ class FakeOpenAIServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
+                if self.path.rstrip("/") in ("/tokenize", "/extras/tokenize/count"):
+                    self._send(200, {"count": _word_count(json.loads(raw or b"{}"))})
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
@@ -338,9 +451,18 @@ class FakeOpenAIServer:
                 auth = self.headers.get("Authorization") or ""
                 bearer = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
                 status, payload, headers, delay = server._answer(self.path, body, bearer)
-                if delay > 0:
-                    time.sleep(delay)
-                self._send(status, payload, headers)
+                with server._lock:
+                    server.open_requests += 1
+                try:
+                    if delay > 0 and not server._wait(self, delay):
+                        with server._lock:
+                            server.abandoned += 1
+                        self.close_connection = True
+                        return
+                    self._send(status, payload, headers)
+                finally:
+                    with server._lock:
+                        server.open_requests -= 1
 
         return Handler
 

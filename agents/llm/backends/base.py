@@ -11,9 +11,27 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for: ``arguments`` is the JSON text as the model wrote it
+    (it may be malformed; the caller parses and validates it)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """One model response with its accounting."""
+    """One model response with its accounting.
+
+    ``reasoning``: the model's reasoning text when the server returned one (a
+    ``reasoning_content``/``reasoning`` field or a leading ``<think>`` block, which is then not
+    part of ``text``). ``tool_calls``: the function calls of a tool-call reply, in order.
+    ``extra["degraded"]`` (when present) lists the requested features the backend did not send,
+    one short sentence each; ``extra["reasoning_tokens"]`` the reasoning tokens the server
+    counted (they are part of ``completion_tokens``).
+    """
 
     text: str
     model: str
@@ -22,6 +40,8 @@ class Completion:
     latency_s: float = 0.0
     cached: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @runtime_checkable
@@ -36,16 +56,36 @@ class Backend(Protocol):
     model: str
 
     def complete(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion: ...
 
     async def acomplete(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion: ...
 
 
 class BackendError(RuntimeError):
-    """A model call failed (timeout, connection, HTTP status, unusable response)."""
+    """A model call failed (timeout, connection, HTTP status, unusable response).
+
+    The message says why in one line: the HTTP status and the server's own error text, or the
+    timeout or connection failure. ``status`` is the HTTP status when the server answered one.
+    """
+
+    def __init__(self, message: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across process pools, with the status
+        return (type(self), (str(self), self.status))
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line saying what failed: a BackendError's own message (it names the HTTP status and
+    the server's text), else ``Type: message``; never just the type's name. 500 chars at most."""
+    text = str(exc).strip()
+    if type(exc).__name__ == "BackendError" and text:
+        return text[:500]
+    return (f"{type(exc).__name__}: {text}" if text else f"{type(exc).__name__} (no message)")[:500]
 
 
 class RequestLimiter:

@@ -311,7 +311,7 @@ class HFBackend:
         raise BackendError(self._load_error)
 
     # --- prompting -------------------------------------------------------------------------
-    def _render(self, tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    def _render(self, tokenizer: Any, messages: list[dict[str, Any]]) -> str:
         """The chat template applied with the generation prompt (a plain rendering without one)."""
 
         def apply(turns: list[dict[str, str]]) -> str:
@@ -396,7 +396,7 @@ class HFBackend:
     def _generate(
         self,
         loaded: _LoadedModel,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         schema: dict[str, Any] | None,
         params: dict[str, Any],
         cancel: threading.Event | None,
@@ -497,7 +497,7 @@ class HFBackend:
 
     def _run(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         schema: dict[str, Any] | None,
         params: dict[str, Any],
         cancel: threading.Event | None = None,
@@ -530,12 +530,12 @@ class HFBackend:
         raise BackendError(error)
 
     def complete(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion:
         return self._run(messages, schema, params or {})
 
     async def acomplete(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion:
         loaded = await asyncio.to_thread(self._get_loaded)
         cancel = threading.Event()

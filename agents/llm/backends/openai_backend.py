@@ -1,4 +1,13 @@
-"""An OpenAI-compatible chat backend (OpenAI, vLLM, llama.cpp, Ollama) on the official client.
+"""An OpenAI-compatible chat backend (OpenAI, vLLM, llama.cpp, Ollama...) on the official client.
+
+``provider`` names a preset of :mod:`agents.llm.providers` (default base URL, key variable and
+capabilities); a requested feature the provider lacks is not sent (or sent in its nearest
+supported form) and listed in ``Completion.extra["degraded"]``. Request ``params`` may carry
+``tools``, ``tool_choice`` and ``reasoning_effort``; with ``tools`` the backend also sends
+``parallel_tool_calls=False`` (one action per reply). Replies are read by
+:mod:`agents.llm.backends.openai_reply`: text, tool calls, reasoning (fields or ``<think>``) and
+reasoning tokens. :meth:`OpenAIBackend.supports_tools` probes an endpoint once per process;
+:meth:`OpenAIBackend.count_tokens` asks the server's tokenizer where the provider has one.
 
 One :class:`OpenAIBackend` holds one sync ``OpenAI`` client and one ``AsyncOpenAI`` client per
 event loop, so connections are reused across requests. The API key is read from the environment
@@ -30,7 +39,6 @@ requests use the pool's shared client for this endpoint and take a pool slot per
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import importlib.util
 import ipaddress
 import logging
@@ -48,7 +56,19 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from agents.llm.backends.base import BackendError, Completion, current_report
+from agents.llm.backends.openai_probe import aprobe_tools, probe_tools, server_token_count
+from agents.llm.backends.openai_reply import (
+    connection_failure,
+    reasoning_of,
+    reasoning_tokens_of,
+    retry_after,
+    retry_reason,
+    server_error_text,
+    tool_calls_of,
+    wire_messages,
+)
 from agents.llm.backends.pool import ClientPool, active_pool, close_at_loop_shutdown
+from agents.llm.providers import Provider, adapt_request, preset
 
 log = logging.getLogger(__name__)
 
@@ -102,60 +122,14 @@ def aiohttp_available() -> bool:
     return hasattr(openai, "DefaultAioHttpClient")
 
 
-def retry_after(exc: BaseException) -> float | None:
-    """Seconds the server asked to wait (``retry-after-ms``, or ``retry-after`` in seconds or as
-    an HTTP date), or None."""
-    headers = getattr(getattr(exc, "response", None), "headers", None)
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) / scale)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    when = email.utils.parsedate_tz(value) if value else None
-    if when is None:
-        return None
-    return max(0.0, email.utils.mktime_tz(when) - time.time())
-
-
-def retry_reason(exc: BaseException) -> str | None:
-    """Why a failed request may be retried (``rate_limited``, ``server_error``, ``connection``),
-    or None: other 4xx statuses, timeouts and ``x-should-retry: false`` are final."""
-    if isinstance(exc, openai.APIStatusError):
-        if str(exc.response.headers.get("x-should-retry", "")).lower() == "false":
-            return None
-        if exc.status_code == 429:
-            return "rate_limited"
-        return "server_error" if exc.status_code >= 500 else None
-    if isinstance(exc, openai.APITimeoutError):  # aiohttp reports a refused connection as a timeout
-        return "connection" if _connection_failure(exc) is not None else None
-    if isinstance(exc, openai.APIConnectionError):
-        return "connection"
-    return None
-
-
 class _GiveUp(Exception):  # noqa: N818 - internal: a final error plus why it was not retried
     def __init__(self, error: BaseException, note: str) -> None:
         super().__init__(note)
         self.error, self.note = error, note
 
 
-def _connection_failure(exc: BaseException) -> str | None:
-    """The refused/unreachable-connection cause behind an error, if any (aiohttp reports a
-    refused connection as a connect *timeout*)."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return None
-        if isinstance(seen, ConnectionError) or type(seen).__name__ == "ClientConnectorError":
-            return str(seen) or type(seen).__name__
-        seen = seen.__cause__ or seen.__context__
-    return None
+def _status(exc: BaseException) -> int | None:
+    return exc.status_code if isinstance(exc, openai.APIStatusError) else None
 
 
 class OpenAIBackend:
@@ -171,16 +145,19 @@ class OpenAIBackend:
     request; otherwise httpx; see ``docs/llm-seats.md`` for the measurement). The sync client
     always uses httpx.
     ``params`` are default sampling parameters merged under each call's ``params``.
+    ``provider`` names a preset (:data:`agents.llm.providers.PRESETS`): it supplies ``base_url``,
+    ``api_key_env`` and ``response_format`` when those are not given, and decides which request
+    features are sent.
     """
 
     def __init__(
         self,
         model: str,
         base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str | None = None,
         timeout: float = 30.0,
         max_retries: int = 4,
-        response_format: ResponseFormat = "json_schema",
+        response_format: ResponseFormat | None = None,
         http_client: HttpClient = "auto",
         params: dict[str, Any] | None = None,
         organization_env: str | None = None,
@@ -188,7 +165,13 @@ class OpenAIBackend:
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,
         retry_seed: int = 0,
+        provider: str = "openai",
     ) -> None:
+        self.provider: Provider = preset(provider)
+        if response_format is None:
+            response_format = (
+                "json_schema" if provider == "openai" else self.provider.response_format
+            )  # type: ignore[assignment]
         if response_format not in RESPONSE_FORMATS:
             raise ValueError(
                 f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}"
@@ -207,7 +190,11 @@ class OpenAIBackend:
                 "max_retries, max_retry_wait, backoff_base and backoff_max cannot be negative"
             )
         self.model = model
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        if self.provider.name == "openai":
+            self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        else:
+            self.base_url = base_url or self.provider.base_url
+        api_key_env = api_key_env or self.provider.api_key_env
         self.api_key_env = api_key_env
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
@@ -215,8 +202,10 @@ class OpenAIBackend:
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
         self._rng = np.random.default_rng(retry_seed)  # backoff jitter only: no global RNG
-        self.response_format: ResponseFormat = response_format
-        self.requested_format: ResponseFormat = response_format
+        self.response_format: ResponseFormat = response_format  # type: ignore[assignment]
+        self.requested_format: ResponseFormat = response_format  # type: ignore[assignment]
+        #: the tool-support probe's finding, for the caller to show (None: not probed yet)
+        self.tool_probe: dict[str, Any] | None = None
         self.http_client = http_client
         self.params = dict(params or {})
         self.organization_env = organization_env
@@ -319,16 +308,35 @@ class OpenAIBackend:
     # --- requests --------------------------------------------------------------------------
     def _request(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         schema: dict[str, Any] | None,
         params: dict[str, Any],
         fmt: str,
+        notes: list[str] | None = None,
     ) -> dict[str, Any]:
-        """The JSON body of one chat.completions request."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        """The JSON body of one chat.completions request, fitted to the provider; what was
+        dropped or changed is appended to ``notes``."""
+        body: dict[str, Any] = {"model": self.model, "messages": wire_messages(messages)}
         for key, value in {**self.params, **params}.items():
             if value is not None:
                 body[key] = value
+        if body.get("tools"):
+            body.setdefault("parallel_tool_calls", False)  # one action per reply
+        else:
+            for key in ("tools", "tool_choice", "parallel_tool_calls"):
+                body.pop(key, None)
+        found = adapt_request(body, self.provider)
+        supported = self.provider.capabilities.response_formats
+        if schema is not None and fmt != "none" and fmt not in supported:
+            was, fmt = fmt, next(iter(supported), "none")
+            found.append(f"response_format={was} not supported by {self.provider.name}: sent {fmt}")
+        if schema is not None and self.response_format != self.requested_format:
+            found.append(
+                f"response_format={self.requested_format} rejected by the server: sent "
+                f"{self.response_format}"
+            )
+        if notes is not None:
+            notes.extend(found)
         if schema is not None and fmt == "json_schema":
             body["response_format"] = {
                 "type": "json_schema",
@@ -397,18 +405,20 @@ class OpenAIBackend:
         )
 
     def _describe(self, exc: BaseException) -> str:
+        """One line with the cause: the HTTP status and the server's own error text, a timeout,
+        a refused connection (never just the exception's type)."""
         where = self.base_url or "the OpenAI API"
-        refused = _connection_failure(exc) if isinstance(exc, openai.APIConnectionError) else None
+        refused = connection_failure(exc) if isinstance(exc, openai.APIConnectionError) else None
         if refused is not None:
             text = f"cannot connect to {where}: {refused}"
         elif isinstance(exc, openai.APITimeoutError):
             text = f"request to {where} timed out after {self.timeout:g}s"
         elif isinstance(exc, openai.APIConnectionError):
             text = f"cannot connect to {where}: {exc.message}"
-        elif isinstance(exc, openai.RateLimitError):
-            text = f"rate limited by {where} (HTTP 429): {exc.message}"
         elif isinstance(exc, openai.APIStatusError):
-            text = f"HTTP {exc.status_code} from {where}: {exc.message}"
+            said = server_error_text(exc.body, exc.message or "")
+            limited = " (rate limited)" if exc.status_code == 429 else ""
+            text = f"HTTP {exc.status_code}{limited} from {where}: {said}"
         elif isinstance(exc, openai.OpenAIError):
             text = f"{type(exc).__name__} from {where}: {exc}"
         else:
@@ -422,38 +432,49 @@ class OpenAIBackend:
             text = text.replace(key, "[redacted]")
         return text[:2000]
 
-    def _completion(self, response: Any, latency: float, fmt: str) -> Completion:
+    def _completion(
+        self, response: Any, latency: float, fmt: str, notes: list[str] | None = None
+    ) -> Completion:
         choices = getattr(response, "choices", None)
         if not choices:
             raise BackendError(f"model {self.model}: the response has no choices")
         message = choices[0].message
         usage = getattr(response, "usage", None)
+        text, reasoning = reasoning_of(message, message.content or "")
+        extra: dict[str, Any] = {"finish_reason": choices[0].finish_reason, "response_format": fmt}
+        if notes:
+            extra["degraded"] = list(dict.fromkeys(notes))
+        thinking = reasoning_tokens_of(usage)
+        if thinking:
+            extra["reasoning_tokens"] = thinking
         return Completion(
-            text=message.content or "",
+            text=text,
             model=getattr(response, "model", None) or self.model,
             prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
             latency_s=latency,
-            extra={"finish_reason": choices[0].finish_reason, "response_format": fmt},
+            extra=extra,
+            reasoning=reasoning,
+            tool_calls=tool_calls_of(message),
         )
 
     def complete(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion:
-        error: str | None = None
+        error, status = None, None
         try:
             client = self._sync_client()
             fmt, retries, waited = self.response_format, 0, 0.0
             while True:
-                start = time.perf_counter()
+                start, notes = time.perf_counter(), []
                 try:
                     response = client.post(
                         _PATH,
                         cast_to=ChatCompletion,
                         options=self._options(),
-                        body=self._request(messages, schema, params, fmt),
+                        body=self._request(messages, schema, params, fmt, notes),
                     )
-                    return self._completion(response, time.perf_counter() - start, fmt)
+                    return self._completion(response, time.perf_counter() - start, fmt, notes)
                 except (openai.APIStatusError, openai.APIConnectionError) as exc:
                     failed = exc
                 fmt, delay = self._after_error(failed, fmt, schema, retries, waited)
@@ -463,24 +484,24 @@ class OpenAIBackend:
         except BackendError:
             raise
         except _GiveUp as stop:  # mapped outside the handler, so no chained context
-            error = self._describe(stop.error) + stop.note
+            error, status = self._describe(stop.error) + stop.note, _status(stop.error)
         except Exception as exc:
-            error = self._describe(exc)
-        raise BackendError(error or f"model {self.model}: no response")
+            error, status = self._describe(exc), _status(exc)
+        raise BackendError(error or f"model {self.model}: no response", status=status)
 
     async def acomplete(
-        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion:
-        error: str | None = None
+        error, status = None, None
         pool = active_pool()
         report = current_report()
         try:
             client = await self._async_client(pool)
             fmt, retries, waited = self.response_format, 0, 0.0
             while True:
-                start = time.perf_counter()
+                start, notes = time.perf_counter(), []
                 try:
-                    body = self._request(messages, schema, params, fmt)
+                    body = self._request(messages, schema, params, fmt, notes)
                     if pool is None:
                         response = await client.post(
                             _PATH, cast_to=ChatCompletion, body=body, options=self._options()
@@ -493,7 +514,7 @@ class OpenAIBackend:
                             response = await client.post(
                                 _PATH, cast_to=ChatCompletion, body=body, options=self._options()
                             )
-                    return self._completion(response, time.perf_counter() - start, fmt)
+                    return self._completion(response, time.perf_counter() - start, fmt, notes)
                 except (openai.APIStatusError, openai.APIConnectionError) as exc:
                     failed = exc
                 fmt, delay = self._after_error(failed, fmt, schema, retries, waited)
@@ -503,10 +524,30 @@ class OpenAIBackend:
         except BackendError:
             raise
         except _GiveUp as stop:
-            error = self._describe(stop.error) + stop.note
+            error, status = self._describe(stop.error) + stop.note, _status(stop.error)
         except Exception as exc:
-            error = self._describe(exc)
-        raise BackendError(error or f"model {self.model}: no response")
+            error, status = self._describe(exc), _status(exc)
+        raise BackendError(error or f"model {self.model}: no response", status=status)
+
+    # --- what the endpoint can do -----------------------------------------------------------
+    def supports_tools(self) -> bool:
+        """Whether the endpoint returns tool calls: one probe per base URL and model and process
+        (:func:`~agents.llm.backends.openai_probe.probe_tools`); ``tool_probe`` says why."""
+        return probe_tools(self)
+
+    async def asupports_tools(self) -> bool:
+        """:meth:`supports_tools` without blocking the event loop."""
+        return await aprobe_tools(self)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` by the server's tokenizer; ``NotImplementedError`` where the
+        provider has no tokenize endpoint (the caller falls back to its own budget)."""
+        return server_token_count(self, text)
+
+    def post_json(self, url: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` to ``url`` (absolute, or relative to ``base_url``) on the sync client;
+        the decoded JSON reply. Raises the client's errors."""
+        return self._sync_client().post(url, cast_to=object, body=body, options=self._options())
 
     def _options(self) -> dict[str, Any]:
         # per request: a shared pool client may have been built by a backend with another timeout
