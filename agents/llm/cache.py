@@ -16,8 +16,10 @@ what it got when recorded, errors included, and an episode replays action for ac
 Occurrences are counted per :func:`occurrence_scope` (an :class:`~agents.llm.agent.LLMAgent` opens one per
 seat and episode). Without a scope every call is occurrence 0, which is plain de-duplication.
 
-Only the model's text, token counts and error messages are stored: no API key, no headers, no base
-URL. One connection per cache serves every thread and coroutine of the process (a lock serialises
+Only the model's text, reasoning, tool calls, token counts, the degradation notes and error
+messages are stored: no API key, no headers, no base URL. What a backend says about its endpoint
+is recorded too, so a replay takes the same path: the tool-support probe (``supports_tools``)
+and token counts (``count_tokens``), under keys of their own. One connection per cache serves every thread and coroutine of the process (a lock serialises
 it; each operation touches one indexed row).
 """
 
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from agents.llm.backends.base import Backend, BackendError, Completion
+from agents.llm.backends.base import Backend, BackendError, Completion, ToolCall
 
 CacheMode = Literal["readwrite", "read", "off"]
 CACHE_MODES: tuple[str, ...] = ("readwrite", "read", "off")
@@ -50,9 +52,16 @@ CREATE TABLE IF NOT EXISTS responses (
     completion_tokens INTEGER NOT NULL,
     latency_s REAL NOT NULL,
     created REAL NOT NULL,
+    reasoning TEXT,
+    tool_calls TEXT,
+    extra TEXT,
     PRIMARY KEY (key, occurrence)
 )
 """
+#: columns added after the first release, added to an older cache file when it is opened
+_ADDED = (("reasoning", "TEXT"), ("tool_calls", "TEXT"), ("extra", "TEXT"))
+#: the ``Completion.extra`` entries a cache keeps (what a replayed episode counts)
+KEPT_EXTRA = ("degraded", "reasoning_tokens", "finish_reason", "response_format")
 _OCCURRENCES: ContextVar[dict[str, int] | None] = ContextVar(
     "gpumarket_cache_occurrences", default=None
 )
@@ -113,10 +122,17 @@ class ResponseCache:
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(_TABLE)
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
+            for name, kind in _ADDED:
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE responses ADD COLUMN {name} {kind}")
 
     def get(self, key: str, occurrence: int = 0, any_success: bool = False) -> Entry | None:
         """The entry for (key, occurrence); with ``any_success``, else the first successful one."""
-        columns = "model, text, error, prompt_tokens, completion_tokens, latency_s, occurrence"
+        columns = (
+            "model, text, error, prompt_tokens, completion_tokens, latency_s, occurrence, "
+            "reasoning, tool_calls, extra"
+        )
         with self._lock:
             row = self._db.execute(
                 f"SELECT {columns} FROM responses WHERE key = ? AND occurrence = ?",
@@ -130,9 +146,11 @@ class ResponseCache:
                 ).fetchone()
         if row is None:
             return None
-        model, text, error, prompt_tokens, completion_tokens, latency, n = row
+        model, text, error, prompt_tokens, completion_tokens, latency, n, thought, calls, kept = row
         if error is not None:
             return Entry(None, error)
+        extra = json.loads(kept) if kept else {}
+        extra.update(cache_key=key, occurrence=n, recorded_latency_s=latency)
         return Entry(
             Completion(
                 text=text,
@@ -141,7 +159,9 @@ class ResponseCache:
                 completion_tokens=completion_tokens,
                 latency_s=0.0,
                 cached=True,
-                extra={"cache_key": key, "occurrence": n, "recorded_latency_s": latency},
+                extra=extra,
+                reasoning=thought,
+                tool_calls=[ToolCall(**c) for c in json.loads(calls)] if calls else [],
             ),
             None,
         )
@@ -155,9 +175,19 @@ class ResponseCache:
         model: str = "",
     ) -> None:
         c = completion
+        calls = (
+            json.dumps(
+                [{"id": t.id, "name": t.name, "arguments": t.arguments} for t in c.tool_calls]
+            )
+            if c is not None and c.tool_calls
+            else None
+        )
+        kept = {k: c.extra[k] for k in KEPT_EXTRA if c is not None and k in c.extra}
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO responses (key, occurrence, model, text, error, "
+                "prompt_tokens, completion_tokens, latency_s, created, reasoning, tool_calls, "
+                "extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key,
                     occurrence,
@@ -168,6 +198,9 @@ class ResponseCache:
                     c.completion_tokens if c else 0,
                     c.latency_s if c else 0.0,
                     time.time(),
+                    c.reasoning if c else None,
+                    calls,
+                    json.dumps(kept, sort_keys=True, default=str) if kept else None,
                 ),
             )
 
@@ -273,6 +306,50 @@ class CachedBackend:
             raise
         self._record(key, n, completion, None)
         return completion
+
+    # --- what the backend says about its endpoint, recorded for replay ------------------------
+    def _fact(self, kind: str, subject: str, ask: Any) -> int:
+        """An integer fact about the endpoint (``ask()``), recorded under its own key; in
+        ``read`` mode the recorded value (``NotImplementedError`` when it was not recorded)."""
+        key = cache_key(self.model, [{"role": kind, "content": subject}], None, {})
+        if self.mode != "off":
+            entry = self.cache.get(key, 0)
+            if entry is not None and entry.completion is not None:
+                return int(entry.completion.text)
+        if self.mode == "read" or self.backend is None:
+            raise NotImplementedError(f"{kind} was not recorded in {self.cache.path.name}")
+        value = int(ask())
+        if self.mode == "readwrite":
+            self.cache.put(key, 0, Completion(text=str(value), model=self.model))
+        return value
+
+    def supports_tools(self) -> bool:
+        """The wrapped backend's answer (False if it has no probe), recorded; replayed as
+        recorded (False if it was never recorded)."""
+        probe = getattr(self.backend, "supports_tools", None)
+        try:
+            return bool(self._fact("tool-probe", "", probe or (lambda: 0)))
+        except NotImplementedError:
+            return False
+
+    async def asupports_tools(self) -> bool:
+        """:meth:`supports_tools` with the wrapped backend's async probe."""
+        key = cache_key(self.model, [{"role": "tool-probe", "content": ""}], None, {})
+        probe = getattr(self.backend, "asupports_tools", None)
+        fresh = self.mode == "off" or (self.mode == "readwrite" and self.cache.get(key, 0) is None)
+        if probe is None or not fresh:
+            return self.supports_tools()
+        value = bool(await probe())
+        if self.mode == "readwrite":
+            self.cache.put(key, 0, Completion(text=str(int(value)), model=self.model))
+        return value
+
+    def count_tokens(self, text: str) -> int:
+        """The wrapped backend's count, recorded (``NotImplementedError`` passes through)."""
+        count = getattr(self.backend, "count_tokens", None)
+        if count is None and self.mode != "read":
+            raise NotImplementedError("the wrapped backend cannot count tokens")
+        return self._fact("count-tokens", text, lambda: count(text))  # type: ignore[misc]
 
     def close(self) -> None:
         self.cache.close()

@@ -247,6 +247,10 @@ def _events(events: list[Event]) -> Table:
         action = safe_text(action_summary(ev, 400))
         if ev.reasoning:
             action.append_text(safe_text(f"\nreasoning: {ev.reasoning}", "italic", limit=400))
+        if ev.model_reasoning:
+            action.append_text(
+                safe_text(f"\nmodel reasoning: {ev.model_reasoning}", "italic dim", limit=600)
+            )
         if ev.raw_output is not None:
             action.append_text(safe_text(f"\nLLM: {ev.raw_output}", "dim", limit=400))
         reward = sum(ev.components.get(ev.seat, {}).values()) if ev.components else ev.reward

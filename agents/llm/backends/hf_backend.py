@@ -53,6 +53,10 @@ _REQUIRED_MODULES = ("torch", "transformers")
 _GGUF_HINT = "loading a .gguf file also needs the gguf package (pip install 'gpumarket[hf]')"
 
 
+#: request parameters this backend cannot honour (dropped and listed in ``extra["degraded"]``)
+UNSUPPORTED: tuple[str, ...] = ("tools", "tool_choice", "reasoning_effort", "logprobs")
+
+
 def _missing_modules(names: tuple[str, ...]) -> list[str]:
     missing = []
     for name in names:
@@ -519,6 +523,11 @@ class HFBackend:
             else:
                 latency = time.perf_counter() - start
                 extra = {**completion.extra, "queue_s": start - queued}
+                dropped = [k for k in UNSUPPORTED if params.get(k) is not None]
+                if dropped:  # recorded, never silent: the agent counts these
+                    extra["degraded"] = [
+                        f"{k} not supported by the hf backend: not used" for k in dropped
+                    ]
                 return Completion(
                     text=completion.text,
                     model=completion.model,
@@ -548,6 +557,19 @@ class HFBackend:
             except asyncio.CancelledError:
                 cancel.set()  # the worker thread stops at its next token and releases the model
                 raise
+
+    # --- what this backend can do ----------------------------------------------------------
+    def supports_tools(self) -> bool:
+        """False: no tool-call decoding here; a seat in ``mode=auto`` uses JSON mode."""
+        return False
+
+    async def asupports_tools(self) -> bool:
+        return False
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` by the model's own tokenizer (loads the model if needed)."""
+        tokenizer = self._get_loaded().tokenizer
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     # --- misc ------------------------------------------------------------------------------
     def __repr__(self) -> str:

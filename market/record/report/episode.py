@@ -42,6 +42,7 @@ class Event:
     llm_error: str | None = None  # the LLM agent's own parse/request error
     fallback: bool = False  # the LLM agent found no usable reply and played its fallback action
     repairs: int = 0  # the LLM agent's re-asks after an unusable reply
+    model_reasoning: str | None = None  # the model's own reasoning (reasoning_content, <think>)
 
     @property
     def reasoning(self) -> str | None:
@@ -271,6 +272,9 @@ def event_of(ev: StepEvent) -> Event:
         repairs=max(0, attempts - 1)
         if isinstance(attempts, int) and not isinstance(attempts, bool)
         else 0,
+        model_reasoning=None
+        if extra.get("reasoning") in (None, "")
+        else text_of(extra.get("reasoning")),
     )
 
 

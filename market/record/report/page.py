@@ -385,6 +385,7 @@ td,pre,.text,dd{overflow-wrap:anywhere;unicode-bidi:plaintext}
 pre{white-space:pre-wrap;background:var(--panel);border:1px solid var(--line);padding:6px 8px;
 margin:4px 0;max-height:28em;overflow:auto;font-size:12px}
 pre.llm{background:#fffbea}
+pre.reasoning{background:#f3f0ff;font-style:italic}
 dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:4px 0}
 dl.kv dt{color:var(--muted)}dl.kv dd{margin:0}
 section.round{border:1px solid var(--line);border-radius:6px;padding:2px 12px;margin:10px 0;

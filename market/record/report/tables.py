@@ -210,7 +210,7 @@ def events_table(events: list[Event]) -> Safe:
                     preformatted(json.dumps(ev.action, indent=1, ensure_ascii=False, default=str)),
                 )
             )
-        if ev.raw_output is not None or ev.prompt is not None:
+        if ev.raw_output is not None or ev.prompt is not None or ev.model_reasoning:
             usage = ", ".join(
                 x
                 for x in (
@@ -223,6 +223,11 @@ def events_table(events: list[Event]) -> Safe:
                 h("div", "model output", class_="muted"),
                 preformatted(ev.raw_output or "", "llm"),
             ]
+            if ev.model_reasoning:
+                inner[:0] = [
+                    h("div", "model reasoning", class_="muted"),
+                    preformatted(ev.model_reasoning, "reasoning"),
+                ]
             if ev.prompt is not None:
                 inner.append(
                     h("details", h("summary", "prompt"), preformatted(ev.prompt, "prompt"))
