@@ -42,6 +42,7 @@ from agents.llm.spec import (
     model_name,
     preset_params,
     price_value,
+    spec_provider,
 )
 from agents.scripted import truthful_bid
 from market.core.actions import (
@@ -436,7 +437,8 @@ class LLMAgent(BaseAgent):
         name, _, provider = head.partition(":")
         if name.strip() != "llm":
             raise ValueError(f"not an llm spec: {spec!r}")
-        return cls.from_params(provider.strip() or "openai", **dict(parse_qsl(query)))
+        provider, params = spec_provider(provider.strip() or "openai", dict(parse_qsl(query)))
+        return cls.from_params(provider, **params)
 
     def __repr__(self) -> str:
         return f"<LLMAgent model={self.model!r} backend={self.backend!r}>"
@@ -445,4 +447,5 @@ class LLMAgent(BaseAgent):
 def make_llm_agent(provider: str = "openai", params: Mapping[str, Any] | None = None) -> LLMAgent:
     """The registry's entry point for ``llm:PROVIDER?params`` (values may be strings or already
     coerced). Raises ``TypeError``/``ValueError`` for bad parameters (including a missing API key)."""
-    return LLMAgent.from_params(provider or "openai", **dict(params or {}))
+    provider, kwargs = spec_provider(provider or "openai", dict(params or {}))
+    return LLMAgent.from_params(provider, **kwargs)

@@ -140,6 +140,23 @@ PROVIDERS: dict[str, str] = {
 }
 
 
+def spec_provider(provider: str, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(provider, params) of a spec: ``llm:openai?provider=NAME`` is ``llm:NAME``; a
+    ``provider=`` that disagrees with a preset named in the head is refused (TypeError)."""
+    out = dict(params)
+    given = out.pop("provider", None)
+    if given is None:
+        return provider, out
+    given = str(given)
+    if provider in ("", "openai"):
+        return given, out
+    if ALIASES.get(given, given) != ALIASES.get(provider, provider):
+        raise TypeError(
+            f"llm:{provider} names a provider but the spec says provider={given}; keep one of them"
+        )
+    return provider, out
+
+
 def preset_params(provider: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """The backend parameters of ``llm:PROVIDER?...``: a preset name other than ``openai`` adds
     ``provider=NAME`` (a ``provider=`` in the spec must agree with it)."""
