@@ -112,7 +112,9 @@ class LlamaServer:
     """``python -m llama_cpp.server`` on 127.0.0.1 as a subprocess (its own process group).
 
     ``interrupt_requests`` is off: the server's default truncates a running request when another
-    arrives. The server answers one request at a time.
+    arrives. The server answers one request at a time. ``chat_format`` (e.g.
+    ``"chatml-function-calling"``, which supports forced and ``auto`` tool choice) replaces the
+    chat template read from the GGUF.
     """
 
     def __init__(
@@ -123,7 +125,9 @@ class LlamaServer:
         n_ctx: int = 8192,
         n_threads: int = 2,
         startup_timeout: float = 120.0,
+        chat_format: str | None = None,
     ) -> None:
+        self.chat_format = chat_format
         self.model = Path(model)
         self.alias = alias
         self.n_ctx = n_ctx
@@ -158,6 +162,7 @@ class LlamaServer:
             str(self.n_threads),
             "--interrupt_requests",
             "False",
+            *(["--chat_format", self.chat_format] if self.chat_format else []),
         ]
 
     def start(self, attempts: int = 3) -> LlamaServer:

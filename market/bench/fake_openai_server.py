@@ -399,6 +399,7 @@ class FakeOpenAIServer:
                         return False  # EOF: the client is gone
                 except OSError:
                     return False
+                time.sleep(0.01)  # the client sent more (not EOF): keep waiting, without spinning
         return True
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

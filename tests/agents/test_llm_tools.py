@@ -145,6 +145,8 @@ def test_each_preset_sends_what_it_supports_and_records_what_it_drops(
     assert ("parallel_tool_calls" in sent) is caps.parallel_tool_calls
     fmt = (sent.get("response_format") or {}).get("type", "none")
     assert fmt == (caps.response_formats[0] if caps.response_formats else "none")
+    dropped_format = f"response_format not supported by {name}: not sent"
+    assert (dropped_format in notes) is (not caps.response_formats)
     assert sent["temperature"] == 0.2  # never touched
     assert len(notes) == len(set(notes))
 

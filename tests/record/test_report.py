@@ -115,6 +115,7 @@ class Injector(BaseAgent):
                 {"role": "user", "content": "observation"},
             ],
             "raw": f"raw output {PAYLOAD}",
+            "reasoning": f"thinking {PAYLOAD}",  # the model's own reasoning, as a seat records it
             "action": action.model_dump(mode="json"),
             "error": None,
         }
@@ -282,6 +283,8 @@ def test_report_of_one_transcript_has_rounds_plots_graph(
         "Judge verdicts" in text and "rationale" in text and "capacity_outage" in text
     )  # round 3 shock
     assert "injector (fake-model &lt;b&gt;bold&lt;/b&gt;)" in text
+    assert "model reasoning" in text  # the exchange's reasoning, escaped (assert_inert below)
+    assert '<pre class="reasoning">thinking &lt;script&gt;' in text
     assert 'class="edge message"' in text  # the injector's private messages to bidder_1
     assert_inert(text)
 

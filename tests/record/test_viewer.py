@@ -48,6 +48,7 @@ def test_every_round_with_its_tables(transcript: Path) -> None:
         assert title in text
     assert "capacity_outage" in text  # round 3's shock
     assert "injector (fake-model <b>bold</b>)" in text
+    assert "model reasoning: thinking" in text  # the exchange's reasoning, shown as text
     assert "mean welfare ratio" in text
 
 

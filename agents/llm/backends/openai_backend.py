@@ -327,7 +327,9 @@ class OpenAIBackend:
                 body.pop(key, None)
         found = adapt_request(body, self.provider)
         supported = self.provider.capabilities.response_formats
-        if schema is not None and fmt != "none" and fmt not in supported:
+        if schema is not None and not supported:
+            found.append(f"response_format not supported by {self.provider.name}: not sent")
+        elif schema is not None and fmt != "none" and fmt not in supported:
             was, fmt = fmt, next(iter(supported), "none")
             found.append(f"response_format={was} not supported by {self.provider.name}: sent {fmt}")
         if schema is not None and self.response_format != self.requested_format:
