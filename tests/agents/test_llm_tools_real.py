@@ -11,7 +11,10 @@ Skipped without the model or the server packages, unless ``GPUMARKET_REQUIRE_REA
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,3 +152,58 @@ def test_count_tokens_is_the_servers_tokenizer(llama: LlamaServer, tmp_path: Pat
         expected = len(vocab.tokenize(text.encode("utf-8"), special=True))
         assert b.count_tokens(text) == expected, text
     assert b.count_tokens("") == len(vocab.tokenize(b"", special=True))
+
+
+def eval_runs(log: str) -> list[int]:
+    """Tokens decoded per finished request, from llama.cpp's ``eval time = ... / N runs`` lines."""
+    return [int(n) for n in re.findall(r"\beval time =.*?/\s*(\d+) runs", log)]
+
+
+def test_abandoned_request_is_closed_but_llama_cpp_python_finishes_it(llama: LlamaServer) -> None:
+    """Measured: when ``call_timeout`` (asyncio.wait_for) abandons a request, the client closes
+    the connection (tests/agents/test_llm_tools.py shows the server side seeing it go), but
+    llama-cpp-python checks for a closed connection only before it starts a non-streaming
+    request (its server code), so one already decoding runs to ``max_tokens`` for nobody. So keep
+    ``max_tokens`` small on a CPU server."""
+    story = [{"role": "user", "content": "Write a very long story about GPUs."}]
+    b = backend(llama)
+    before = len(eval_runs(llama.log_tail(10**7)))
+
+    async def abandon() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(
+                b.acomplete(story, None, {"temperature": 0.0, "max_tokens": 12}), 1.0
+            )
+
+    asyncio.run(abandon())
+    deadline = time.monotonic() + 600
+    while len(eval_runs(llama.log_tail(10**7))) == before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    runs = eval_runs(llama.log_tail(10**7))
+    assert len(runs) == before + 1, llama.log_tail(1500)
+    assert runs[-1] == 11  # all 12 tokens decoded (the first comes with the prompt) for nobody
+
+
+def test_hf_backend_has_no_tools_and_counts_with_its_tokenizer() -> None:
+    """The transformers backend on the same GGUF: no tool calls (a seat in mode=auto uses JSON),
+    tools asked for are recorded as not used, and token counts are its tokenizer's, which for
+    plain text agree with llama.cpp's tokenizer of the same file."""
+    from real_model_utils import HF_INSTALL, HF_MODULES
+
+    require_modules(HF_MODULES, HF_INSTALL)
+    from llama_cpp import Llama
+
+    from agents.llm.backends.hf_backend import HFBackend
+
+    gguf = require_gguf()
+    hf = HFBackend(path=gguf, max_new_tokens=2)
+    assert hf.supports_tools() is False
+    vocab = Llama(model_path=str(gguf), vocab_only=True, verbose=False)
+    for text in ("Hello world", "bid 12.5 on block 7 in round 3"):
+        assert hf.count_tokens(text) == len(vocab.tokenize(text.encode(), add_bos=False)), text
+    reply = hf.complete(USER, None, {"max_tokens": 2, "tools": TOOLS, "tool_choice": "auto"})
+    assert reply.tool_calls == []
+    assert reply.extra["degraded"] == [
+        "tools not supported by the hf backend: not used",
+        "tool_choice not supported by the hf backend: not used",
+    ]
