@@ -449,3 +449,16 @@ def test_no_api_key_or_authorization_header_reaches_transcript_log_or_report(
         assert SECRET[:20] not in text, name
         assert "authorization" not in text.lower(), name
         assert "Bearer " not in text, name
+
+
+def test_llm_judge_records_the_servers_message(server: FakeOpenAIServer) -> None:
+    """The judge's failure names the HTTP status and the server's text, not just the type."""
+    from agents.llm.judge import LLMJudge
+
+    crash = "number of rules exceeds sane defaults"
+    server.script(Reply(status=500, error=crash))
+    judge = LLMJudge(backend(server), retries=0)
+    with pytest.raises(RuntimeError) as info:
+        judge._ask(USER)
+    assert str(info.value).startswith("backend error: model fake-model: HTTP 500 from")
+    assert crash in str(info.value)
