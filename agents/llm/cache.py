@@ -323,26 +323,43 @@ class CachedBackend:
             self.cache.put(key, 0, Completion(text=str(value), model=self.model))
         return value
 
+    def _recorded_probe(self) -> tuple[str, bool | None]:
+        key = cache_key(self.model, [{"role": "tool-probe", "content": ""}], None, {})
+        entry = None if self.mode == "off" else self.cache.get(key, 0)
+        if entry is not None and entry.completion is not None:
+            return key, bool(int(entry.completion.text))
+        return key, None
+
+    def _record_probe(self, key: str, value: bool) -> bool:
+        probe = getattr(self.backend, "tool_probe", None)
+        transient = isinstance(probe, dict) and str(probe.get("reason", "")).startswith(
+            "probe failed"
+        )
+        if self.mode == "readwrite" and not transient:  # a timeout is not a finding
+            self.cache.put(key, 0, Completion(text=str(int(value)), model=self.model))
+        return value
+
     def supports_tools(self) -> bool:
         """The wrapped backend's answer (False if it has no probe), recorded; replayed as
-        recorded (False if it was never recorded)."""
+        recorded (False if it was never recorded). A probe that failed in transport is not
+        recorded."""
+        key, recorded = self._recorded_probe()
+        if recorded is not None:
+            return recorded
         probe = getattr(self.backend, "supports_tools", None)
-        try:
-            return bool(self._fact("tool-probe", "", probe or (lambda: 0)))
-        except NotImplementedError:
+        if self.mode == "read" or probe is None:
             return False
+        return self._record_probe(key, bool(probe()))
 
     async def asupports_tools(self) -> bool:
         """:meth:`supports_tools` with the wrapped backend's async probe."""
-        key = cache_key(self.model, [{"role": "tool-probe", "content": ""}], None, {})
+        key, recorded = self._recorded_probe()
+        if recorded is not None:
+            return recorded
         probe = getattr(self.backend, "asupports_tools", None)
-        fresh = self.mode == "off" or (self.mode == "readwrite" and self.cache.get(key, 0) is None)
-        if probe is None or not fresh:
+        if self.mode == "read" or probe is None:
             return self.supports_tools()
-        value = bool(await probe())
-        if self.mode == "readwrite":
-            self.cache.put(key, 0, Completion(text=str(int(value)), model=self.model))
-        return value
+        return self._record_probe(key, bool(await probe()))
 
     def count_tokens(self, text: str) -> int:
         """The wrapped backend's count, recorded (``NotImplementedError`` passes through)."""

@@ -295,11 +295,15 @@ def test_tool_probe_says_no_when_no_tool_call_comes_back(server: FakeOpenAIServe
     assert d.supports_tools() is False and probes(server) == 3  # an HTTP refusal is final
 
 
-def test_tool_probe_after_a_transport_failure_probes_again(server: FakeOpenAIServer) -> None:
+def test_tool_probe_after_a_transport_failure_probes_again(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
     server.script(Reply(match="Call the function ping", delay=1.0))
-    b = backend(server, timeout=0.2)
-    assert b.supports_tools() is False and "probe failed" in b.tool_probe["reason"]
-    assert b.supports_tools() is True and probes(server) == 2
+    cached = CachedBackend(backend(server, timeout=0.2), tmp_path / "c.sqlite")
+    b = cached.backend
+    assert cached.supports_tools() is False and "probe failed" in b.tool_probe["reason"]
+    assert cached.supports_tools() is True and probes(server) == 2  # the failure was not kept
+    assert cached.supports_tools() is True and probes(server) == 2
 
 
 def test_count_tokens_uses_the_servers_tokenizer_where_there_is_one(
