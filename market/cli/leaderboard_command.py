@@ -56,9 +56,9 @@ TERMINAL = (
     "n",
     "return +/- CI",
     "minus ref +/- CI",
-    "fallback inv rep parse /dec",
-    "backend err / timeouts",
-    "tokens prompt/compl/reason",
+    "per dec: fb inv rep parse",
+    "err/tmo",
+    "tokens p/c/reason",
     "s/dec",
     "USD",
     "degraded",
@@ -81,7 +81,7 @@ def terminal_cells(row: dict[str, Any]) -> list[str]:
         fmt(row["mean"], "ci", row["ci95"]).replace("±", "+/-"),
         fmt(row["diff_mean"], "diff", row["diff_ci95"]).replace("±", "+/-"),
         rates,
-        f"{fmt(row['backend_errors'], 'int')} / {fmt(row['timeouts'], 'int')}",
+        f"{fmt(row['backend_errors'], 'int')}/{fmt(row['timeouts'], 'int')}",
         tokens,
         fmt(row["latency_per_decision_s"], "sec"),
         fmt(row["cost_usd"], "usd"),
@@ -136,7 +136,11 @@ def cmd_leaderboard(args: argparse.Namespace, llm: dict[str, Any]) -> int:
         for col in TERMINAL:
             left = col in ("scenario", "agent", "degraded")
             table.add_column(
-                col, justify="left" if left else "right", overflow="fold", no_wrap=not left
+                col,
+                justify="left" if left else "right",
+                overflow="fold",
+                no_wrap=not left,
+                min_width=12 if left else None,
             )
         for r in mine:
             table.add_row(
