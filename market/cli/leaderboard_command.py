@@ -76,7 +76,7 @@ def terminal_cells(row: dict[str, Any]) -> list[str]:
     )
     return [
         row["scenario"],
-        row["agent"] + (" (reference)" if row["is_reference"] else ""),
+        row["label"] + (" (reference)" if row["is_reference"] else ""),
         str(row["n"]),
         fmt(row["mean"], "ci", row["ci95"]).replace("±", "+/-"),
         fmt(row["diff_mean"], "diff", row["diff_ci95"]).replace("±", "+/-"),
@@ -100,7 +100,17 @@ def wants_leaderboard(args: argparse.Namespace) -> bool:
 def cmd_leaderboard(args: argparse.Namespace, llm: dict[str, Any]) -> int:
     """``gpumarket eval --leaderboard`` (``llm``: the checked LLM pool/budget options)."""
     if args.mechanisms:
-        print("gpumarket eval: --leaderboard and --mechanisms are two evaluations; give one")
+        print(
+            "gpumarket eval: --leaderboard and --mechanisms are two evaluations; give one",
+            file=sys.stderr,
+        )
+        return 2
+    if args.seat != "bidder_0":
+        print(
+            f"gpumarket eval: --seat {args.seat} with --leaderboard: give --seats {args.seat} "
+            "(the leaderboard takes a list of seats)",
+            file=sys.stderr,
+        )
         return 2
     out = args.out or Path("runs") / "leaderboard"
     try:

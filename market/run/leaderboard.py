@@ -62,6 +62,7 @@ COLUMNS = (
     "seat",
     "role",
     "agent",
+    "label",
     "reference",
     "is_reference",
     "seeds",
@@ -212,6 +213,28 @@ class Entry:
         }
 
 
+def labels(agents: Iterable[str], width: int = 40) -> dict[str, str]:
+    """Short display names: a spec up to ``width`` characters as it is; a longer ``llm`` spec as
+    ``llm <model>`` plus the parameters it does not share with every other long ``llm`` spec
+    (a sweep over settings shows just the settings). The files keep the full specs."""
+    agents = list(agents)
+    long = {a: a.partition("?") for a in agents if len(a) > width and a.startswith("llm")}
+    params = {a: [p for p in q.split("&") if p] for a, (_, _, q) in long.items()}
+    common = set.intersection(*(set(p) for p in params.values())) if len(params) > 1 else set()
+    out = {}
+    for agent in agents:
+        if agent not in long:
+            out[agent] = agent
+            continue
+        model = next((p[6:] for p in params[agent] if p.startswith("model=")), "?")
+        rest = [p for p in params[agent] if p not in common and not p.startswith("model=")]
+        rest = [p for p in rest if not p.startswith(("base_url=", "api_key_env="))]
+        out[agent] = " ".join([f"llm {model}", *rest])
+    if len(set(out.values())) < len(out):  # never two agents under one name
+        return {a: a for a in agents}
+    return out
+
+
 def fmt(value: Any, kind: str, half: Any = None) -> str:
     """A cell as the Markdown and terminal tables show it ('—': not measured or not defined)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -255,7 +278,8 @@ class Leaderboard:
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per entry, grouped by seat then scenario, the reference first in each group."""
-        return [e.row(self.reference_of(e)) for e in self.entries]
+        names = labels(dict.fromkeys(e.agent for e in self.entries))
+        return [{"label": names[e.agent], **e.row(self.reference_of(e))} for e in self.entries]
 
     def failed(self) -> dict[str, dict[int, str]]:
         return {f"{e.scenario}/{e.seat}/{e.agent}": e.failed for e in self.entries if e.failed}
@@ -263,7 +287,7 @@ class Leaderboard:
     def warnings(self, rows: Sequence[Mapping[str, Any]] | None = None) -> list[str]:
         """One line per degraded entry."""
         return [
-            f"DEGRADED {r['scenario']} / {r['seat']} / {r['agent']}: {r['degraded']}"
+            f"DEGRADED {r['scenario']} / {r['seat']} / {r['label']}: {r['degraded']}"
             for r in (self.rows() if rows is None else rows)
             if r["degraded"]
         ]
@@ -288,7 +312,7 @@ class Leaderboard:
 
     def cells(self, row: Mapping[str, Any]) -> list[str]:
         """The shown cells of a row (:data:`SHOWN`), after the scenario and the agent."""
-        out = [row["scenario"], row["agent"] + (" (reference)" if row["is_reference"] else "")]
+        out = [row["scenario"], row["label"] + (" (reference)" if row["is_reference"] else "")]
         for _, key, kind in SHOWN:
             half = row["ci95"] if kind == "ci" else row["diff_ci95"] if kind == "diff" else None
             out.append(fmt(row[key], kind, half))
@@ -309,7 +333,9 @@ class Leaderboard:
             "(`n`); Δ: the paired difference agent − reference per seed, mean ± 95% CI. Rates "
             "are per decision of the seat; latency is model-call seconds per decision; tokens "
             "and cost (USD, where the model has a price) are summed over the episodes. "
-            "`—`: not measured (no model calls, or a stat the agent does not record).",
+            "`—`: not measured (no model calls, or a stat the agent does not record). Long "
+            "`llm` specs are shown by their model and the parameters that set them apart; "
+            "`leaderboard.csv` and `leaderboard.json` hold the full specs.",
         ]
         for seat in self.seats:
             mine = [r for r in rows if r["seat"] == seat]

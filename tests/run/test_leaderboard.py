@@ -11,6 +11,7 @@ import io
 import json
 import math
 import re
+import shlex
 import statistics
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,13 @@ from real_model_utils import require_modules as require_packages
 from agents.base import BaseAgent
 from market.bench.fake_openai_server import FakeOpenAIServer, default_policy
 from market.cli import main as cli
+from market.cli.leaderboard_sweep import FIXED
+from market.cli.leaderboard_sweep import main as sweep
 from market.core.actions import Bid, Wait
 from market.run.evaluation import slug
 from market.run.folders import open_folder
 from market.run.jobs import RunConfigError, play
-from market.run.leaderboard import leaderboard, stat_totals
+from market.run.leaderboard import labels, leaderboard, stat_totals
 
 KEY_ENV = "GPUMARKET_LEADERBOARD_TEST_KEY"
 PROMPT, COMPLETION = 1_000, 500
@@ -189,7 +192,9 @@ def test_a_garbage_model_is_repaired_falls_back_and_is_flagged(
         assert row["parse_failure_rate"] == 2.0
         assert row["prompt_tokens"] == 2 * n * 10 and row["completion_tokens"] == 2 * n * 5
         assert row["degraded"] == f"{n} fallbacks"
-        assert f"DEGRADED market_round / {seat} / {agent}: {n} fallbacks" in data["warnings"]
+        label = row["label"]  # the spec's model and parameters, without the server's address
+        assert label == "llm fake-model price_prompt=2 price_completion=8 retries=1"
+        assert f"DEGRADED market_round / {seat} / {label}: {n} fallbacks" in data["warnings"]
     assert decisions * 2 == requests
     assert "WARNING" in printed and "DEGRADED market_round / designer_0" in printed
     md = (tmp_path / "leaderboard.md").read_text()
@@ -280,6 +285,8 @@ def test_process_pool_worker_and_async_runner_give_the_same_stats(tmp_path: Path
         (["--seats", "lab_3"], "--seats 'lab_3': give designer_0"),
         (["--reference", "designer=truthful"], "cannot fill the designer seat"),
         (["--reference", "nobody"], "unknown agent 'nobody'"),
+        (["--leaderboard", "--seat", "bidder_1"], "give --seats bidder_1"),
+        (["--leaderboard", "--mechanisms"], "two evaluations; give one"),
     ],
 )
 def test_bad_leaderboard_input_is_one_clear_line(
@@ -333,3 +340,47 @@ def test_leaderboard_on_the_real_llama_cpp_server(tmp_path: Path) -> None:
     assert row["diff_mean"] == pytest.approx(row["mean"] - ref["mean"]) and row["diff_n"] == 1
     md = (tmp_path / "leaderboard.md").read_text()
     assert f"| {row['prompt_tokens']:,} | {row['completion_tokens']:,} |" in md
+
+
+def test_the_settings_sweep_passes_each_combination_through_as_spec_parameters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = sweep(
+        ["--dry-run", "--memory", "none,window:4", "--reasoning", "field", "--mode", "json,tools"]
+        + ["--out", str(tmp_path), "--", "--workers", "1"]
+    )
+    argv = shlex.split(capsys.readouterr().out)
+    assert code == 0 and argv[:3] == ["gpumarket", "eval", "--leaderboard"]
+    assert argv[-2:] == ["--workers", "1"]
+    specs = argv[argv.index("--agents") + 1].split(",")
+    assert [s.split("&retries=1")[1] for s in specs] == [
+        "&memory=none&reasoning=field&mode=json",
+        "&memory=none&reasoning=field&mode=tools",
+        "&memory=window:4&reasoning=field&mode=json",
+        "&memory=window:4&reasoning=field&mode=tools",
+    ]
+    assert list(labels(specs).values()) == [
+        "llm smollm2-135m memory=none mode=json",
+        "llm smollm2-135m memory=none mode=tools",
+        "llm smollm2-135m memory=window:4 mode=json",
+        "llm smollm2-135m memory=window:4 mode=tools",
+    ]
+    assert sweep(["--dry-run", "--memory", "a&b"]) == 2  # a value that would break the spec
+
+
+def test_the_settings_sweep_runs_the_leaderboard(tmp_path: Path) -> None:
+    """With no settings to sweep, one spec: the sweep runs ``gpumarket eval --leaderboard``."""
+    with FakeOpenAIServer() as srv:
+        code = sweep(
+            ["--base-url", srv.base_url, "--model", "fake-model"]
+            + ["--memory", "", "--reasoning", "", "--mode", ""]
+            + ["--scenarios", "single_trade", "--seats", "bidder_0", "--seeds", "0:1"]
+            + ["--out", str(tmp_path), "--", "--no-progress"]
+        )
+    assert code == 0
+    rows = json.loads((tmp_path / "leaderboard.json").read_text())["rows"]
+    assert [r["label"] for r in rows] == [
+        "rule_expert",
+        "llm fake-model " + FIXED.replace("&", " "),
+    ]
+    assert rows[1]["decisions"] > 0 and rows[1]["prompt_tokens"] > 0
