@@ -310,10 +310,14 @@ def test_no_scenario_with_the_seat_is_refused(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.real_model
 def test_leaderboard_on_the_real_llama_cpp_server(tmp_path: Path) -> None:
-    """SmolLM2-135M on llama.cpp in bidder_0 of single_trade, one seed: the columns come from
-    the seat's real stats (tokens and latency above 0), whatever the model plays."""
+    """SmolLM2-135M on llama.cpp in bidder_0 of one round of single_trade (two negotiation turns
+    and a bid), one seed: the columns come from the seat's real stats (tokens and latency above
+    0), whatever the model plays. One round: a CPU model on a loaded machine may take minutes
+    per decision."""
     gguf = require_gguf()
     require_packages(LLAMA_SERVER_MODULES, LLAMA_INSTALL)
+    scenario = tmp_path / "one_round_trade.toml"
+    scenario.write_text('extends = "single_trade"\nrounds = 1\n')
     with LlamaServer(gguf) as server:
         agent = (
             f"llm:openai?model={server.alias}&base_url={server.base_url}"
@@ -321,24 +325,26 @@ def test_leaderboard_on_the_real_llama_cpp_server(tmp_path: Path) -> None:
         )
         board = leaderboard(
             [agent],
-            ["single_trade"],
+            [scenario],
             [0],
-            tmp_path,
+            tmp_path / "out",
             seats=["bidder_0"],
             progress=False,
             agent_timeout=900.0,
         )
         log = server.log_tail(1500)
-    row = by_key(board.rows())[("single_trade", "bidder_0", agent)]
+    name = board.scenarios[0]
+    row = by_key(board.rows())[(name, "bidder_0", agent)]
     assert row["n"] == 1 and row["decisions"] > 0, log
     assert row["stats"]["requests"] >= row["decisions"]
     assert row["backend_errors"] == 0 and row["timeouts"] == 0, (row["degraded"], log)
     assert row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
     assert row["latency_per_decision_s"] > 0
     assert 0 <= row["fallback_rate"] <= 1 and row["repair_rate"] >= 0
-    ref = by_key(board.rows())[("single_trade", "bidder_0", "rule_expert")]
+    ref = by_key(board.rows())[(name, "bidder_0", "rule_expert")]
     assert row["diff_mean"] == pytest.approx(row["mean"] - ref["mean"]) and row["diff_n"] == 1
-    md = (tmp_path / "leaderboard.md").read_text()
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    print(md)  # the measured row, for the report (-s)
     assert f"| {row['prompt_tokens']:,} | {row['completion_tokens']:,} |" in md
 
 
