@@ -180,6 +180,10 @@ class Entry:
             common = sorted(set(mine) & set(theirs))
             paired = len(common)
             diff, diff_half = mean_ci95([mine[s] - theirs[s] for s in common])
+        if len(self.rows) < 2:  # one seed has no interval (Student t needs two)
+            half = float("nan")
+        if paired < 2:
+            diff_half = float("nan")
         latency = stats.get("latency_s")
         return {
             "scenario": self.scenario,
@@ -239,10 +243,9 @@ def fmt(value: Any, kind: str, half: Any = None) -> str:
     """A cell as the Markdown and terminal tables show it ('—': not measured or not defined)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
-    if kind == "ci":
-        return f"{value:.3f} ± {half:.3f}"
-    if kind == "diff":
-        return f"{value:+.3f} ± {half:.3f}"
+    if kind in ("ci", "diff"):
+        text = f"{value:+.3f}" if kind == "diff" else f"{value:.3f}"
+        return text + (f" ± {half:.3f}" if math.isfinite(half) else " (1 seed: no CI)")
     if kind == "rate":
         return f"{value:.3f}"
     if kind == "int":
@@ -333,7 +336,8 @@ class Leaderboard:
             "(`n`); Δ: the paired difference agent − reference per seed, mean ± 95% CI. Rates "
             "are per decision of the seat; latency is model-call seconds per decision; tokens "
             "and cost (USD, where the model has a price) are summed over the episodes. "
-            "`—`: not measured (no model calls, or a stat the agent does not record). Long "
+            "`—`: not measured (no model calls, or a stat the agent does not record); one seed "
+            "gives no CI. Long "
             "`llm` specs are shown by their model and the parameters that set them apart; "
             "`leaderboard.csv` and `leaderboard.json` hold the full specs.",
         ]

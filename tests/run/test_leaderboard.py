@@ -343,8 +343,10 @@ def test_leaderboard_on_the_real_llama_cpp_server(tmp_path: Path) -> None:
     assert 0 <= row["fallback_rate"] <= 1 and row["repair_rate"] >= 0
     ref = by_key(board.rows())[(name, "bidder_0", "rule_expert")]
     assert row["diff_mean"] == pytest.approx(row["mean"] - ref["mean"]) and row["diff_n"] == 1
+    assert math.isnan(row["ci95"]) and math.isnan(row["diff_ci95"])  # one seed: no interval
     md = (tmp_path / "out" / "leaderboard.md").read_text()
     print(md)  # the measured row, for the report (-s)
+    assert f"{row['mean']:.3f} (1 seed: no CI)" in md
     assert f"| {row['prompt_tokens']:,} | {row['completion_tokens']:,} |" in md
 
 
