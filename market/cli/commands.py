@@ -15,6 +15,7 @@ from rich.table import Table
 from agents.registry import REGISTRY, plugin_status
 from market.bench.suite import bench_command
 from market.cli.expert_matrix_command import cmd_expert_matrix
+from market.cli.leaderboard_command import cmd_leaderboard, wants_leaderboard
 from market.cli.parser import one_line, parse_seeds, parse_specs
 from market.record.replay_cli import run_cli
 from market.record.report import write_report
@@ -187,6 +188,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     llm = _llm_options(args, "eval")
     if llm is None:
         return 2
+    if wants_leaderboard(args):
+        return cmd_leaderboard(args, llm)
     console = Console()
     try:
         if args.mechanisms:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from market.bench.config import DEFAULT_THRESHOLD, SECTIONS, parse_sections
+from market.cli.leaderboard_command import add_leaderboard_arguments
 from market.run.async_runner import add_llm_arguments
 from market.run.health import STRICT_EXIT, parse_share
 
@@ -17,7 +18,9 @@ EXAMPLES = {
     "eval": "gpumarket eval --agents rule_expert,truthful,random_valid "
     "--scenarios single_trade,market_round --seat bidder_0 --seeds 0:20 --out runs/eval\n"
     "         gpumarket eval --mechanisms --scenario mechanism_stage_4 --seeds 0:30\n"
-    "         gpumarket eval --expert-matrix --workers 8",
+    "         gpumarket eval --expert-matrix --workers 8\n"
+    '         gpumarket eval --leaderboard --agents "llm?model=m&base_url=http://127.0.0.1:8080/v1,truthful" '
+    "--scenarios single_trade,market_round --seeds 0:5",
     "bench": "gpumarket bench --json bench.json   (later: gpumarket bench --compare bench.json)\n"
     "         gpumarket bench --only clearing,memory --quick\n"
     "         gpumarket bench --compare old.json new.json --threshold 0.2",
@@ -284,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rule_expert against every scripted bidder in every built-in scenario",
     )
+    add_leaderboard_arguments(ev)
     add_backend(ev)
     add_health(ev)
     add_llm_arguments(ev)
