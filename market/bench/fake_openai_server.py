@@ -92,11 +92,26 @@ def _json_after(label: str, text: str) -> Any:
         return None
 
 
-def default_policy(body: dict[str, Any]) -> str:
-    """A legal action for the observation in the first user message (deterministic)."""
-    prompt = _first_user(body)
+def _observation(body: dict[str, Any]) -> tuple[str, int, str]:
+    """The latest user message showing a whole observation, and the round and phase now: an LLM
+    seat with memory shows the observation once, then says ``Now: round R, phase P.`` in the
+    turns that only list what changed."""
+    users = [
+        str(m.get("content") or "") for m in body.get("messages", []) if m.get("role") == "user"
+    ]
+    prompt = next((u for u in reversed(users) if re.search(r"Round \d+", u)), _first_user(body))
     phase = (re.search(r"phase: (\w+)", prompt) or [None, "negotiation"])[1]
     rnd = int((re.search(r"Round (\d+)", prompt) or [None, "0"])[1])
+    now = re.search(r"Now: round (\d+), phase (\w+)", users[-1]) if users else None
+    if now is not None:
+        rnd, phase = int(now[1]), now[2]
+    return prompt, rnd, phase
+
+
+def default_policy(body: dict[str, Any]) -> str:
+    """A legal action for the observation in the latest user message that shows one
+    (deterministic)."""
+    prompt, rnd, phase = _observation(body)
     if "(designer)" in prompt:
         if rnd % 3 == 1:
             return json.dumps(

@@ -11,9 +11,22 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call in a reply (OpenAI ``tool_calls``): ``arguments`` is JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """One model response with its accounting."""
+    """One model response with its accounting.
+
+    ``reasoning``: the server's separate reasoning text (``reasoning_content``), if any;
+    ``tool_calls``: the function calls of a reply to a request with ``tools``.
+    """
 
     text: str
     model: str
@@ -22,6 +35,8 @@ class Completion:
     latency_s: float = 0.0
     cached: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @runtime_checkable
