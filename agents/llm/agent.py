@@ -316,6 +316,7 @@ class LLMAgent(BaseAgent):
                 tools,
                 self.params.get("max_tokens"),
             )
+            memory.messages()  # resolves the token counter
             failure = memory.counter.failure
             if failure and not failure.startswith("tiktoken"):
                 exchange["degraded"].append(f"token counter: {failure}; counted as characters")
