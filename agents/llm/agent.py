@@ -36,7 +36,12 @@ from agents.llm.backends.base import (
 )
 from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
 from agents.llm.cache import CachedBackend, occurrence_scope
-from agents.llm.memory import DEFAULT_CONTEXT, DEFAULT_MEMORY, Memory, TokenCounter, turn_tail
+from agents.llm.memory import (
+    DEFAULT_CONTEXT,
+    DEFAULT_MEMORY,
+    Memory,
+    TokenCounter,
+)
 from agents.llm.parsing import extract_json
 from agents.llm.prompts import (
     Messages,
@@ -309,12 +314,7 @@ class LLMAgent(BaseAgent):
         memory = self.memory if self.memory.enabled else None
         if memory is not None:
             memory.begin(
-                obs,
-                base[0]["content"],
-                base[1]["content"],
-                turn_tail(obs, bool(tools)),
-                tools,
-                self.params.get("max_tokens"),
+                obs, base[0]["content"], base[1]["content"], tools, self.params.get("max_tokens")
             )
             memory.messages()  # resolves the token counter
             failure = memory.counter.failure

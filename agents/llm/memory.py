@@ -279,15 +279,31 @@ def _short_action(action: dict[str, Any] | None) -> str:
     return json.dumps({k: v for k, v in action.items() if k != "reasoning"}, separators=(",", ":"))
 
 
-def turn_tail(obs: Observation, tools: bool = False) -> str:
+def schema_text(obs: Observation) -> str:
+    """The JSON schema of the legal actions as the prompt shows it."""
+    schema = legal_action_schema(obs.legal_actions, obs.role == "designer")
+    return json.dumps(schema, separators=(",", ":"))
+
+
+def turn_tail(obs: Observation, tools: bool = False, short: bool = False) -> str:
     """How a later turn ends: the legal action types and the reply format (the JSON schema of
-    the legal actions, or in tool mode a call of one of the functions)."""
+    the legal actions; ``short``: a pointer to the schema shown earlier; in tool mode a call of
+    one of the functions)."""
     legal = f"Legal action types now: {', '.join(obs.legal_actions)}."
     if tools:
         return f"{legal} Act by calling one of the functions offered."
-    schema = legal_action_schema(obs.legal_actions, obs.role == "designer")
-    return f"{legal}\nYour reply must be one JSON object matching this JSON schema:\n" + json.dumps(
-        schema, separators=(",", ":")
+    if short:
+        return f"{legal}\nReply with one JSON object matching the JSON schema shown earlier."
+    return f"{legal}\nYour reply must be one JSON object matching this JSON schema:\n{schema_text(obs)}"
+
+
+def _usable(history: list[Turn], needs_anchor: bool, needs_text: str | None) -> bool:
+    """Whether the kept turns allow a current turn: one showing the whole observation (an
+    anchor) when it is a diff, and one showing ``needs_text`` (the schema) when it leaves it out."""
+    if needs_anchor and not any(t.full for t in history):
+        return False
+    return needs_text is None or any(
+        needs_text in str(m.get("content") or "") for t in history for m in t.messages
     )
 
 
@@ -350,38 +366,52 @@ class Memory:
         obs: Observation,
         system: str,
         full_user: str,
-        tail: str,
         tools: list[dict[str, Any]] | None = None,
         reply_tokens: int | None = None,
     ) -> None:
-        """Start a decision: attach the previous action's result and fix what this turn says.
+        """Start a decision: attach the previous action's result and fix what this turn may say.
 
-        ``full_user``: the user message with the whole observation; ``tail``: what a later turn
-        ends with (the phase's legal actions and the reply format)."""
+        ``full_user``: the user message with the whole observation. A later turn ends with the
+        phase's legal actions and the reply format (:func:`turn_tail`), or a pointer to the schema
+        when a kept turn shows it."""
         opening = self._close_previous(obs)
         note, self.note = self.note, ""
-        diff_user = "\n\n".join(
-            p for p in (note, opening, f"Now: round {obs.round}, phase {obs.phase}. {tail}") if p
-        )
-        full_text = f"{note}\n\n{full_user}" if note else full_user
-        self._current = (obs, system, full_text, diff_user, tools, self.budget(reply_tokens))
+        now = f"Now: round {obs.round}, phase {obs.phase}."
+
+        def diff(end: str) -> str:
+            return "\n\n".join(p for p in (note, opening, f"{now} {end}") if p)
+
+        tail = turn_tail(obs, bool(tools))
+        variants = [
+            (diff(tail), True, None),
+            (f"{note}\n\n{full_user}" if note else full_user, False, None),
+        ]
+        if not tools:
+            variants.insert(0, (diff(turn_tail(obs, short=True)), True, schema_text(obs)))
+        self._current = (obs, system, variants, tools, self.budget(reply_tokens))
         self._full = False
 
     def messages(self, extra: list[Message] | None = None) -> tuple[list[Message], dict[str, Any]]:
         """This decision's request (after :meth:`begin`): the system message, the kept turns and
         the current turn, then ``extra`` (a repair's messages), within the budget; and a record
-        of how it was built (turns kept and dropped, tokens, the counter)."""
-        obs, system, full_user, diff_user, tools, budget = self._current
+        of how it was built (turns kept and dropped, tokens, the counter).
+
+        The current turn is the shortest that the kept turns allow: a diff without the schema
+        when a kept turn shows it, a diff when a kept turn shows the whole observation, else the
+        whole observation."""
+        obs, system, variants, tools, budget = self._current
         extra = list(extra or [])
         history = list(self.turns)
         dropped: list[Turn] = []
         if self.keep is not None:
             cut = max(0, len(history) - self.keep)
             dropped, history = history[:cut], history[cut:]
-        full = not any(t.full for t in history)
         digest: list[str] = []
-        for _ in range(2):  # at most once more with the whole observation (the anchor was dropped)
-            user = full_user if full else diff_user
+        for user, needs_anchor, needs_text in variants:
+            full = not needs_anchor
+
+            if not _usable(history, needs_anchor, needs_text):
+                continue
             digest = [t.digest for t in dropped] if self.kind == "summary" else []
             while True:
                 messages = self._assemble(system, digest, history, user) + extra
@@ -396,9 +426,8 @@ class Memory:
                     digest = digest[1:]
                 else:
                     break  # the system message and the current turn alone: nothing to drop
-            if full or any(t.full for t in history):
+            if _usable(history, needs_anchor, needs_text):
                 break
-            full = True
         self._full = full
         self._user = user
         info = {

@@ -193,6 +193,19 @@ def test_window_conversation_diff_and_reset() -> None:
     assert "What changed since your last turn" in current and "Your action in round 0" in current
     assert f"Now: round {observations[1].round}, phase {observations[1].phase}" in current
     assert observations[1].to_prompt() not in current and "Mechanism in force" not in current
+    # the same legal actions as turn 1, whose message shows their schema: not repeated
+    assert observations[1].legal_actions == observations[0].legal_actions
+    assert current.endswith("matching the JSON schema shown earlier.")
+    assert (
+        json.dumps(legal_action_schema(observations[1].legal_actions), separators=(",", ":"))
+        not in current
+    )
+    # other legal actions (bidding): their schema is shown
+    third = fake.calls[2][0][-1]["content"]
+    assert observations[2].phase == "bidding" and "Now: round 0, phase bidding" in third
+    assert third.endswith(
+        json.dumps(legal_action_schema(observations[2].legal_actions), separators=(",", ":"))
+    )
     # window:2 keeps 2 earlier turns; the first turn (the whole observation) dropped out of the
     # window, so the current turn shows the whole observation again
     assert [m["role"] for m in fourth] == [
