@@ -407,6 +407,7 @@ class Memory:
             cut = max(0, len(history) - self.keep)
             dropped, history = history[:cut], history[cut:]
         digest: list[str] = []
+        by_window = len(dropped)
         for user, needs_anchor, needs_text in variants:
             full = not needs_anchor
 
@@ -434,6 +435,7 @@ class Memory:
             "mode": self.mode,
             "turns": len(history),
             "dropped": len(dropped),
+            "dropped_for_budget": len(dropped) - by_window,
             "digested": len(digest),
             "full_observation": full,
             "prompt_tokens": size,
