@@ -662,3 +662,16 @@ def test_send_offer_history_reports_the_offer() -> None:
         pytest.fail("single_trade gave bidder_0 no negotiation turn with send_offer")
     current = fake.calls[1][0][-1]["content"]
     assert '"action_type":"send_offer"' in current and "new offer of yours" in current
+
+
+def test_transcript_records_the_whole_conversation_sent(tmp_path: Path) -> None:
+    fake = FakeModel()
+    agent = LLMAgent(fake, memory="window:3", reasoning="field")
+    path = tmp_path / "t.jsonl"
+    run_episode("single_trade", seed=3, seats={"bidder_0": agent}, transcript=path, agent_timeout=0)
+    steps = [json.loads(line) for line in path.read_text().splitlines()]
+    recorded_messages = [
+        s["llm"]["messages"] for s in steps if s.get("type") == "step" and "llm" in s
+    ]
+    assert recorded_messages == [messages for messages, _, _ in fake.calls]
+    assert max(len(m) for m in recorded_messages) == 1 + 2 * 3 + 1  # system, 3 turns, current
