@@ -318,7 +318,7 @@ class LLMAgent(BaseAgent):
             )
             memory.messages()  # resolves the token counter
             failure = memory.counter.failure
-            if failure and not failure.startswith("tiktoken"):
+            if failure and (memory.counter.kind != "auto" or failure.startswith("count")):
                 exchange["degraded"].append(f"token counter: {failure}; counted as characters")
         if exchange["degraded"]:
             self.stats["degraded_features"] += 1

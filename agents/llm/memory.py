@@ -70,7 +70,8 @@ class TokenCounter:
     """Counts prompt tokens: the backend's own tokenizer (its optional ``count_tokens(text)``
     hook), else ``tiktoken`` for OpenAI model names when its encoding files are available
     offline, else ``ceil(chars / 3)``. ``kind``: ``auto`` (that order), ``model``, ``tiktoken`` or
-    ``chars``; ``name`` says which counter is in use. A counter that fails falls back to
+    ``chars`` (``tiktoken`` pinned counts other model names with ``o200k_base``); ``name`` says
+    which counter is in use; a counter pinned by name that is not available is a recorded fallback. A counter that fails falls back to
     characters for the rest of the run, and says so in ``failure``."""
 
     def __init__(self, backend: Any = None, model: str = "", kind: str = "auto") -> None:
@@ -93,18 +94,23 @@ class TokenCounter:
                 return
             except Exception as exc:
                 self.failure = f"count_tokens failed ({type(exc).__name__}: {exc})"[:200]
-        if self.kind in ("auto", "tiktoken") and self.model.startswith(
-            ("gpt-", "gpt4", "o1", "o3", "o4", "chatgpt")
-        ):
+        openai_name = self.model.startswith(("gpt-", "gpt4", "o1", "o3", "o4", "chatgpt"))
+        if self.kind == "tiktoken" or (self.kind == "auto" and openai_name):
             try:
                 import tiktoken  # optional: its encodings are downloaded, often not available
 
-                encoding = tiktoken.encoding_for_model(self.model)
+                encoding = (
+                    tiktoken.encoding_for_model(self.model)
+                    if openai_name
+                    else tiktoken.get_encoding("o200k_base")
+                )
                 self._count = lambda text: len(encoding.encode(text, disallowed_special=()))
                 self.name = f"tiktoken:{encoding.name}"
                 return
             except Exception as exc:
                 self.failure = f"tiktoken unavailable ({type(exc).__name__})"
+        if self.kind == "model" and self.failure is None:
+            self.failure = "count_tokens: the backend has no such hook"
         self._count, self.name = self.chars, f"chars/{CHARS_PER_TOKEN}"
 
     @staticmethod

@@ -317,6 +317,23 @@ def test_token_counter_hook_and_its_failure() -> None:
     assert any("count_tokens failed" in d and "no /tokenize" in d for d in ex["degraded"])
     assert agent.stats["degraded_features"] == 1
     assert TokenCounter(FakeModel(), "gpt-4o-mini").count("x" * 9) == 3  # no tiktoken files here
+    # a counter asked for by name that is not there is a recorded fallback, auto's is not
+    pinned = LLMAgent(FakeModel(), counter="tiktoken")
+    pinned.reset(0)
+    pinned.act(seat_observations(n=1)[0])
+    assert pinned.last_exchange["degraded"] == [
+        "token counter: tiktoken unavailable (ModuleNotFoundError); counted as characters"
+    ] or (pinned.last_exchange["memory"]["counter"].startswith("tiktoken"))
+    plain = LLMAgent(FakeModel(), counter="model")
+    plain.reset(0)
+    plain.act(seat_observations(n=1)[0])
+    assert plain.last_exchange["degraded"] == [
+        "token counter: count_tokens: the backend has no such hook; counted as characters"
+    ]
+    auto = LLMAgent(FakeModel())
+    auto.reset(0)
+    auto.act(seat_observations(n=1)[0])
+    assert auto.last_exchange["degraded"] == [] and auto.stats["degraded_features"] == 0
 
 
 def test_diff_lists_changes_and_quotes_other_seats_text() -> None:
