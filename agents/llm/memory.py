@@ -71,8 +71,9 @@ class TokenCounter:
     hook), else ``tiktoken`` for OpenAI model names when its encoding files are available
     offline, else ``ceil(chars / 3)``. ``kind``: ``auto`` (that order), ``model``, ``tiktoken`` or
     ``chars`` (``tiktoken`` pinned counts other model names with ``o200k_base``); ``name`` says
-    which counter is in use; a counter pinned by name that is not available is a recorded fallback. A counter that fails falls back to
-    characters for the rest of the run, and says so in ``failure``."""
+    which counter is in use. A counter pinned by name that is not available, or one that fails,
+    falls back to characters for the rest of the run and says so in ``failure`` (the agent
+    records that as a degraded feature; ``auto`` falling back to characters is not)."""
 
     def __init__(self, backend: Any = None, model: str = "", kind: str = "auto") -> None:
         if kind not in ("auto", "model", "tiktoken", "chars"):
