@@ -38,6 +38,7 @@ OPTIONAL_EXTRAS = {
     "gguf",
     "llama_cpp",
     "peft",
+    "tiktoken",
 }
 # the deprecated module paths kept for one release: thin forwarders, outside the rules
 DEPRECATED = (

@@ -2,7 +2,11 @@
 
 Each decision sends a short system message (the seat's role, the reply rules and the action types
 legal now) and a user message (``Observation.to_prompt()`` plus the JSON schema of the legal
-actions only). The schema also goes to the backend for structured output where the server supports
+actions only); with memory (:mod:`agents.llm.memory`, ``memory=window:6`` by default) the seat's
+earlier turns come between them and a later turn says what changed instead of repeating the
+observation. ``reasoning`` (:mod:`agents.llm.reasoning`) asks for reasoning first or passes the
+server's reasoning control; ``mode=tools`` (:mod:`agents.llm.tools`) offers the legal actions as
+function tools. The schema also goes to the backend for structured output where the server supports
 it. The reply is parsed leniently (:func:`agents.llm.parsing.extract_json`), validated with
 :func:`market.core.actions.parse_action` and checked against the phase's legal action types. A reply
 that fails is *repaired*: the model is asked again with the error (at most ``retries`` times);
@@ -27,12 +31,32 @@ from agents.llm.backends.base import (
     BackendError,
     CallReport,
     Completion,
+    ToolCall,
     reporting,
 )
 from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
 from agents.llm.cache import CachedBackend, occurrence_scope
+from agents.llm.memory import (
+    DEFAULT_CONTEXT,
+    DEFAULT_MEMORY,
+    Memory,
+    TokenCounter,
+)
 from agents.llm.parsing import extract_json
-from agents.llm.prompts import Messages, legal_action_schema, prompt_messages, repair_message
+from agents.llm.prompts import (
+    Messages,
+    legal_action_schema,
+    prompt_messages,
+    repair_message,
+)
+from agents.llm.reasoning import (
+    FIELD_RULE,
+    effort_value,
+    reasoning_mode,
+    reasoning_tokens,
+    split_think,
+    with_reasoning_first,
+)
 from agents.llm.spec import (
     AGENT_PARAM_TYPES,
     backend_class,
@@ -43,6 +67,18 @@ from agents.llm.spec import (
     preset_params,
     price_value,
     spec_provider,
+)
+from agents.llm.tools import (
+    TOOLS_RULE,
+    action_tools,
+    aprobe_tools,
+    assistant_tool_message,
+    call_to_action,
+    decision_mode,
+    probe_tools,
+    tool_choice,
+    tool_mode,
+    tool_result_message,
 )
 from agents.scripted import truthful_bid
 from market.core.actions import (
@@ -70,6 +106,9 @@ STAT_KEYS: tuple[str, ...] = (
     *(f"retries_{reason}" for reason in RETRY_REASONS),
     "retry_wait_s",
     "queue_wait_s",
+    "reasoning_tokens",
+    "degraded_features",
+    "over_budget",
 )
 MAX_ECHO_CHARS = 4_000  # a failed reply is echoed back this long in the repair message
 
@@ -77,6 +116,7 @@ MAX_ECHO_CHARS = 4_000  # a failed reply is echoed back this long in the repair 
 # the agent
 
 Outcome = Union[Completion, BaseException]  # noqa: UP007
+Request = tuple[Messages, Union[dict[str, Any], None], dict[str, Any]]  # noqa: UP007
 
 
 class LLMAgent(BaseAgent):
@@ -102,6 +142,18 @@ class LLMAgent(BaseAgent):
         budget: a :class:`~agents.llm.backends.pool.Budget` charged with every completion's tokens
             (the runner sets it; cache hits are free). Its price table prices this seat's
             completions when ``prices`` does not.
+        memory: ``none`` (a fresh prompt per decision), ``window:N`` (the last N earlier turns),
+            ``full`` or ``summary[:N]``; see :mod:`agents.llm.memory`.
+        context: the model's context in tokens: a request (messages and tools) never exceeds
+            ``context - max_tokens``; None: no limit.
+        counter: how prompt tokens are counted: ``auto`` (the backend's ``count_tokens`` hook,
+            else tiktoken offline for OpenAI models, else 3 characters a token), ``model``,
+            ``tiktoken`` or ``chars``. Pin ``chars`` for a replay on a machine without the model.
+        reasoning: ``none``, ``field`` (a ``reasoning`` string first in the reply) or ``native``
+            (``reasoning_effort`` sent to the server); see :mod:`agents.llm.reasoning`.
+        reasoning_effort: the effort ``native`` sends (minimal, low, medium, high).
+        mode: ``json``, ``tools`` (legal actions as function tools) or ``auto`` (tools where the
+            backend says it supports them, else JSON, recorded as degraded).
     """
 
     name = "llm"
@@ -123,6 +175,12 @@ class LLMAgent(BaseAgent):
         limiter: Any = None,
         budget: Any = None,
         spec: str | None = None,
+        memory: str = DEFAULT_MEMORY,
+        context: int | None = DEFAULT_CONTEXT,
+        counter: str = "auto",
+        reasoning: str = "none",
+        reasoning_effort: str = "low",
+        mode: str = "json",
     ) -> None:
         super().__init__()
         if retries < 0:
@@ -150,6 +208,12 @@ class LLMAgent(BaseAgent):
         if budget is not None:
             self.budget = budget
         self.spec = spec or f"llm?model={getattr(backend, 'model', '?')}"
+        self.memory = Memory(
+            memory, context, TokenCounter(backend, str(getattr(backend, "model", "")), counter)
+        )
+        self.reasoning = reasoning_mode(reasoning)
+        self.reasoning_effort = effort_value(reasoning_effort)
+        self.mode = tool_mode(mode)
         self._seed: int | None = None
         self._occurrences: dict[str, int] = {}  # repeated identical requests, for the cache
         self.stats: dict[str, float] = dict.fromkeys(STAT_KEYS, 0)
@@ -166,16 +230,24 @@ class LLMAgent(BaseAgent):
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         self.last_exchange = None
         self._occurrences = {}
+        self.memory.reset()
 
     # --- one decision, as a coroutine-free generator: yields requests, receives outcomes -------
     def _request_params(self) -> dict[str, Any]:
         params = dict(self.params)
         if self.send_seed and self._seed is not None:
             params.setdefault("seed", self._seed)
+        if self.reasoning == "native":
+            params.setdefault("reasoning_effort", self.reasoning_effort)
         return params
 
     def _validate(self, raw: str, obs: Observation) -> ActionModel:
-        action = parse_action(extract_json(raw), designer=obs.role == "designer")
+        return self._validate_value(extract_json(split_think(raw)[0]), obs)
+
+    def _validate_value(self, value: Any, obs: Observation) -> ActionModel:
+        if isinstance(value, dict) and "action_type" not in value and "reasoning" in value:
+            value = {k: v for k, v in value.items() if k != "reasoning"}  # the flat mechanism form
+        action = parse_action(value, designer=obs.role == "designer")
         if action.action_type not in obs.legal_actions:
             raise ActionParseError(
                 f"{action.action_type} is not allowed in the {obs.phase} phase; legal now: {', '.join(obs.legal_actions)}"
@@ -200,7 +272,9 @@ class LLMAgent(BaseAgent):
             return Bid(bids=[])
         return Wait()
 
-    def _decide(self, obs: Observation) -> Generator[Messages, Outcome, ActionModel]:
+    def _decide(
+        self, obs: Observation, mode: str = "json", degraded: tuple[str, ...] = ()
+    ) -> Generator[Request, Outcome, ActionModel]:
         self.stats["decisions"] += 1
         exchange: dict[str, Any] = {
             "seat": obs.seat,
@@ -215,6 +289,8 @@ class LLMAgent(BaseAgent):
             "errors": [],
             "attempts": 0,
             "fallback": False,
+            "reasoning": None,
+            "degraded": list(degraded),
         }
         self.last_exchange = exchange
         if not obs.legal_actions:
@@ -224,18 +300,54 @@ class LLMAgent(BaseAgent):
                 error="no legal actions: not this seat's turn",
             )
             return action
-        messages: Messages = prompt_messages(obs)
+        tools = (
+            action_tools(obs.legal_actions, self.reasoning == "field") if mode == "tools" else None
+        )
+        schema = None if tools else self._schema(obs)
+        params = self._request_params()
+        if tools:
+            params.update(tools=tools, tool_choice=tool_choice(tools))
+            exchange["tools"] = [t["function"]["name"] for t in tools]
+        base: Messages = prompt_messages(obs)  # memory none, JSON mode: exactly this
+        rules = [FIELD_RULE] if self.reasoning == "field" else []
+        rules += [TOOLS_RULE] if tools else []
+        if rules:
+            base[0] = {"role": "system", "content": "\n".join([base[0]["content"], *rules])}
+        memory = self.memory if self.memory.enabled else None
+        if memory is not None:
+            memory.begin(
+                obs, base[0]["content"], base[1]["content"], tools, self.params.get("max_tokens")
+            )
+            memory.messages()  # resolves the token counter
+            failure = memory.counter.failure
+            if failure and (memory.counter.kind != "auto" or failure.startswith("count")):
+                exchange["degraded"].append(f"token counter: {failure}; counted as characters")
+        if exchange["degraded"]:
+            self.stats["degraded_features"] += 1
+        extra: Messages = []
+        reply: dict[str, Any] | None = None
+        call: ToolCall | None = None
         for attempt in range(self.retries + 1):
             if attempt:
                 self.stats["retries"] += 1
-                messages = [
-                    *messages,
-                    {"role": "assistant", "content": (exchange["raw"] or "")[:MAX_ECHO_CHARS]},
-                    {"role": "user", "content": repair_message(exchange["error"], obs)},
-                ]
+                fix = repair_message(exchange["error"], obs)
+                if call is not None:
+                    extra += [assistant_tool_message(call), tool_result_message(call.id, fix)]
+                else:
+                    echo = (exchange["raw"] or "")[:MAX_ECHO_CHARS]
+                    extra += [
+                        {"role": "assistant", "content": echo},
+                        {"role": "user", "content": fix},
+                    ]
+            if memory is not None:
+                messages, info = memory.messages(extra)
+                exchange["memory"] = info
+                self.stats["over_budget"] += bool(info["over_budget"])
+            else:
+                messages = [*base, *extra]
             exchange["messages"] = messages
             exchange["attempts"] = attempt + 1
-            outcome = yield messages
+            outcome = yield messages, schema, params
             if not isinstance(outcome, Completion):
                 exchange["error"] = (
                     f"backend error: {outcome}"
@@ -246,18 +358,46 @@ class LLMAgent(BaseAgent):
                 break
             exchange["raw"] = outcome.text
             exchange["raw_replies"].append(outcome.text)
+            text, think = split_think(outcome.text)
+            calls = list(getattr(outcome, "tool_calls", None) or []) if tools else []
+            call = None
+            if calls:
+                call = calls[0]
+                if not call.id:  # a deterministic id for the conversation
+                    call = ToolCall(
+                        f"call_{obs.round}_{int(self.stats['decisions'])}",
+                        call.name,
+                        call.arguments,
+                    )
+                exchange.setdefault("tool_calls", []).append(
+                    {"id": call.id, "name": call.name, "arguments": call.arguments}
+                )
+            reply = assistant_tool_message(call) if call else {"role": "assistant", "content": text}
+            field = None
             try:
-                action = self._validate(outcome.text, obs)
+                value = call_to_action(call) if call else extract_json(text)
+                if isinstance(value, dict) and isinstance(value.get("reasoning"), str):
+                    field = value["reasoning"]
+                action = self._validate_value(value, obs)
             except ActionParseError as exc:
                 self.stats["parse_failures"] += 1
                 exchange["error"] = str(exc)
                 exchange["errors"].append(str(exc))
                 continue
+            finally:
+                exchange["reasoning"], n = reasoning_tokens(
+                    outcome, [outcome.reasoning, think, field], self.memory.counter.count
+                )
+                self.stats["reasoning_tokens"] += n
             exchange.update(action=action.model_dump(exclude_none=True), error=None)
+            if memory is not None:
+                memory.remember(reply, exchange["action"], False, call.id if call else None)
             return action
         self.stats["fallbacks"] += 1
         action = self.fallback_action(obs)
         exchange.update(action=action.model_dump(exclude_none=True), fallback=True)
+        if memory is not None:
+            memory.remember(reply, exchange["action"], True, call.id if call else None)
         return action
 
     def _account(self, outcome: Outcome, latency: float, report: CallReport | None = None) -> None:
@@ -301,27 +441,27 @@ class LLMAgent(BaseAgent):
         return None
 
     def _schema(self, obs: Observation) -> dict[str, Any] | None:
-        return (
-            legal_action_schema(obs.legal_actions, obs.role == "designer")
-            if self.structured
-            else None
-        )
+        if not self.structured:
+            return None
+        schema = legal_action_schema(obs.legal_actions, obs.role == "designer")
+        return with_reasoning_first(schema) if self.reasoning == "field" else schema
 
     # --- drivers ----------------------------------------------------------------------------
     def act(self, observation: Observation) -> ActionModel:
-        decision = self._decide(observation)
-        schema = self._schema(observation) if observation.legal_actions else None
+        probe = self.mode == "auto" and bool(observation.legal_actions)
+        decision = self._decide(
+            observation,
+            *decision_mode(self.mode, self.backend, probe_tools(self.backend) if probe else None),
+        )
         try:
-            messages = next(decision)
+            messages, schema, params = next(decision)
             while True:
                 start = time.perf_counter()
                 outcome: Outcome
                 with reporting() as report:
                     try:
                         with occurrence_scope(self._occurrences):
-                            outcome = self.backend.complete(
-                                messages, schema, self._request_params()
-                            )
+                            outcome = self.backend.complete(messages, schema, params)
                     except Exception as exc:  # a backend failure never escapes a seat
                         outcome = (
                             exc
@@ -329,43 +469,54 @@ class LLMAgent(BaseAgent):
                             else BackendError(describe_error(exc))
                         )
                 self._account(outcome, time.perf_counter() - start, report)
-                messages = decision.send(outcome)
+                messages, schema, params = decision.send(outcome)
         except StopIteration as stop:
             return stop.value
 
     async def aact(self, observation: Observation) -> ActionModel:
-        decision = self._decide(observation)
-        schema = self._schema(observation) if observation.legal_actions else None
+        probe = self.mode == "auto" and bool(observation.legal_actions)
+        decision = self._decide(
+            observation,
+            *decision_mode(
+                self.mode, self.backend, await aprobe_tools(self.backend) if probe else None
+            ),
+        )
         try:
-            messages = next(decision)
+            messages, schema, params = next(decision)
             while True:
                 with reporting() as report:
-                    outcome, latency = await self._acall(messages, schema)
+                    outcome, latency = await self._acall(messages, schema, params)
                 self._account(outcome, latency, report)
-                messages = decision.send(outcome)
+                messages, schema, params = decision.send(outcome)
         except StopIteration as stop:
             return stop.value
 
     async def _acall(
-        self, messages: Messages, schema: dict[str, Any] | None
+        self, messages: Messages, schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> tuple[Outcome, float]:
         start = time.perf_counter()
         try:
             if isinstance(self.limiter, ClientPool):  # the backend takes the pool's slots itself
                 with self.limiter.active():
-                    return await self._arequest(messages, schema), time.perf_counter() - start
+                    return await self._arequest(
+                        messages, schema, params
+                    ), time.perf_counter() - start
             if self.limiter is not None:
                 async with self.limiter:
                     start = time.perf_counter()  # latency excludes the wait for a slot
-                    return await self._arequest(messages, schema), time.perf_counter() - start
-            return await self._arequest(messages, schema), time.perf_counter() - start
+                    return await self._arequest(
+                        messages, schema, params
+                    ), time.perf_counter() - start
+            return await self._arequest(messages, schema, params), time.perf_counter() - start
         except Exception as exc:
             outcome = exc if isinstance(exc, BackendError) else BackendError(describe_error(exc))
             return outcome, time.perf_counter() - start
 
-    async def _arequest(self, messages: Messages, schema: dict[str, Any] | None) -> Completion:
+    async def _arequest(
+        self, messages: Messages, schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> Completion:
         with occurrence_scope(self._occurrences):  # wait_for's task copies this context
-            call = self.backend.acomplete(messages, schema, self._request_params())
+            call = self.backend.acomplete(messages, schema, params)
             if self.call_timeout is None:
                 return await call
             try:

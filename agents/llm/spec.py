@@ -20,7 +20,10 @@ from typing import Any
 
 from agents.base import as_flag
 from agents.llm.backends.base import describe_error
+from agents.llm.memory import parse_memory
 from agents.llm.providers import ALIASES, PRESETS
+from agents.llm.reasoning import effort_value, reasoning_mode
+from agents.llm.tools import tool_mode
 
 __all__ = ["describe_error"]  # kept importable from here
 
@@ -52,6 +55,12 @@ def optional(conv: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return convert
 
 
+def memory_value(value: Any) -> str:
+    """A checked ``memory=`` value (none, full, window:N, summary[:N])."""
+    parse_memory(str(value))
+    return str(value).strip().lower()
+
+
 AGENT_PARAM_TYPES: dict[str, Callable[[Any], Any]] = {
     "retries": int,
     "fallback": str,
@@ -60,6 +69,12 @@ AGENT_PARAM_TYPES: dict[str, Callable[[Any], Any]] = {
     "send_seed": as_bool,
     "structured": as_bool,
     "call_timeout": optional(float),
+    "memory": memory_value,
+    "context": optional(int),
+    "counter": str,
+    "reasoning": reasoning_mode,
+    "reasoning_effort": effort_value,
+    "mode": tool_mode,
 }
 #: every parameter an ``llm:`` spec takes whatever its provider (the backend's come on top)
 AGENT_PARAMS: tuple[str, ...] = (

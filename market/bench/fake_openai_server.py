@@ -109,11 +109,35 @@ def _json_after(label: str, text: str) -> Any:
         return None
 
 
-def default_policy(body: dict[str, Any]) -> str:
-    """A legal action for the observation in the first user message (deterministic)."""
-    prompt = _first_user(body)
+def _observation(body: dict[str, Any]) -> tuple[str, int, str, str]:
+    """The latest user message showing a whole observation, the round and phase now, and what
+    the conversation said after it: an LLM seat with memory shows the observation once, then
+    lists what changed and says ``Now: round R, phase P.``."""
+    said = [
+        str(m.get("content") or "")
+        for m in body.get("messages", [])
+        if m.get("role") in ("user", "tool")
+    ]
+    at = next((i for i in range(len(said) - 1, -1, -1) if re.search(r"Round \d+", said[i])), None)
+    prompt = _first_user(body) if at is None else said[at]
+    later = "" if at is None else "\n".join(said[at + 1 :])
     phase = (re.search(r"phase: (\w+)", prompt) or [None, "negotiation"])[1]
     rnd = int((re.search(r"Round (\d+)", prompt) or [None, "0"])[1])
+    now = re.findall(r"Now: round (\d+), phase (\w+)", later)
+    if now:
+        rnd, phase = int(now[-1][0]), now[-1][1]
+    return prompt, rnd, phase, later
+
+
+def _last(pattern: str, text: str, default: Any) -> Any:
+    found = re.findall(pattern, text)
+    return found[-1] if found else default
+
+
+def default_policy(body: dict[str, Any]) -> str:
+    """A legal action for the observation in the latest user message that shows one
+    (deterministic)."""
+    prompt, rnd, phase, later = _observation(body)
     if "(designer)" in prompt:
         if rnd % 3 == 1:
             return json.dumps(
@@ -135,6 +159,18 @@ def default_policy(body: dict[str, Any]) -> str:
     cap = int((re.search(r"This round: (\d+) blocks", prompt) or [None, "1"])[1])
     owned = re.search(r"Blocks you own for rounds [^:]*: (\[[^\]]*\])", prompt)
     held = json.loads(owned.group(1)) if owned else [0]
+    # what a conversation said changed after that observation
+    budget = float(_last(r"your budget: [\d.]+ -> ([\d.]+)", later, budget))
+    cap = int(_last(r"this round: (\d+) blocks", later, cap))
+    rel = float(_last(r"this round: \d+ blocks, reliability ([\d.]+)", later, rel))
+    held = json.loads(
+        _last(r"blocks you own for rounds [^:]*: (\[[^\]]*\])", later, json.dumps(held))
+    )
+    by_id = {j.get("job_id"): j for j in jobs}
+    for text in re.findall(r"(?:new job: |job \S+ now: )(\{[^\n]*\})", later):
+        job = json.loads(text)
+        by_id[job.get("job_id")] = job
+    jobs = list(by_id.values())
     values: list[float] = []
     for job in jobs:
         if job.get("status") == "active" and job.get("min_reliability", 0) <= rel:

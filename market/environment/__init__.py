@@ -23,6 +23,7 @@ from market.environment.observations import (
     vector_size,
 )
 from market.environment.parallel import ParallelMarketEnv, parallel_env
+from market.environment.trust import UNTRUSTED_RULE, quote_untrusted
 from market.environment.wrappers import (
     MENU,
     MENU_NAMES,
@@ -47,11 +48,13 @@ __all__ = [
     "ParallelMarketEnv",
     "PitchView",
     "ShockView",
+    "UNTRUSTED_RULE",
     "affordable",
     "can_complete",
     "env",
     "marginal_values",
     "parallel_env",
+    "quote_untrusted",
     "raw_env",
     "rl_env",
     "rl_parallel_env",
