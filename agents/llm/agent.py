@@ -35,7 +35,7 @@ from agents.llm.backends.base import (
     reporting,
 )
 from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
-from agents.llm.cache import CachedBackend, occurrence_scope
+from agents.llm.cache import occurrence_scope
 from agents.llm.memory import (
     DEFAULT_CONTEXT,
     DEFAULT_MEMORY,
@@ -58,14 +58,8 @@ from agents.llm.reasoning import (
     with_reasoning_first,
 )
 from agents.llm.spec import (
-    AGENT_PARAM_TYPES,
-    backend_class,
-    check_names,
-    coerce_params,
+    agent_arguments,
     describe_error,
-    model_name,
-    preset_params,
-    price_value,
     spec_provider,
 )
 from agents.llm.tools import (
@@ -540,45 +534,7 @@ class LLMAgent(BaseAgent):
         :class:`~agents.llm.backends.openai_backend.OpenAIBackend`). An unknown parameter raises
         ``TypeError`` naming every parameter the spec takes, with the nearest as a suggestion.
         """
-        spec = (
-            "llm:"
-            + provider
-            + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
-        )
-        backend_cls = backend_class(provider)
-        params = preset_params(provider, params)
-        check_names(backend_cls, params)
-        agent_kw: dict[str, Any] = {}
-        for key, conv in AGENT_PARAM_TYPES.items():
-            if key in params:
-                agent_kw[key] = conv(params.pop(key))
-        cache = params.pop("cache", None)
-        cache_mode = str(params.pop("cache_mode", "readwrite"))
-        if cache is None and cache_mode != "readwrite":
-            raise TypeError("cache_mode needs cache=PATH (the SQLite file)")
-        price_prompt = params.pop("price_prompt", None)
-        price_completion = params.pop("price_completion", None)
-        backend: Any
-        if cache is not None and cache_mode == "read":
-            # offline: the model is never contacted; the backend (if it can be built here) only
-            # names the model, which is part of the cache key
-            try:
-                backend = backend_cls(**coerce_params(backend_cls, params))
-                model = backend.model
-            except Exception:
-                backend, model = None, model_name(params)
-        else:
-            backend = backend_cls(**coerce_params(backend_cls, params))
-            model = backend.model
-        if cache is not None:
-            backend = CachedBackend(backend, str(cache), mode=cache_mode, model=str(model))  # type: ignore[arg-type]
-        if price_prompt is not None or price_completion is not None:
-            agent_kw["prices"] = {
-                str(model): (
-                    price_value("price_prompt", price_prompt),
-                    price_value("price_completion", price_completion),
-                )
-            }
+        spec, backend, agent_kw = agent_arguments(provider, params)
         return cls(backend, spec=spec, **agent_kw)
 
     @classmethod

@@ -362,11 +362,23 @@ class CachedBackend:
         return self._record_probe(key, bool(await probe()))
 
     def count_tokens(self, text: str) -> int:
-        """The wrapped backend's count, recorded (``NotImplementedError`` passes through)."""
+        """The wrapped backend's count, recorded. A backend that cannot count (no hook, or
+        ``NotImplementedError``) is recorded as such too (-1), so a replay raises the same
+        ``NotImplementedError`` and its caller falls back the same way."""
         count = getattr(self.backend, "count_tokens", None)
-        if count is None and self.mode != "read":
+
+        def ask() -> int:
+            if count is None:
+                return -1
+            try:
+                return int(count(text))
+            except NotImplementedError:
+                return -1
+
+        value = self._fact("count-tokens", text, ask)
+        if value < 0:
             raise NotImplementedError("the wrapped backend cannot count tokens")
-        return self._fact("count-tokens", text, lambda: count(text))  # type: ignore[misc]
+        return value
 
     def close(self) -> None:
         self.cache.close()

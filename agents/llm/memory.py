@@ -94,7 +94,10 @@ class TokenCounter:
                 self._count, self.name = hook, "model"
                 return
             except Exception as exc:
-                self.failure = f"count_tokens failed ({type(exc).__name__}: {exc})"[:200]
+                # a backend without a tokenizer endpoint (NotImplementedError) under auto is the
+                # documented fallback; anything else, or a pinned counter, is a degraded feature
+                if self.kind == "model" or not isinstance(exc, NotImplementedError):
+                    self.failure = f"count_tokens failed ({type(exc).__name__}: {exc})"[:200]
         openai_name = self.model.startswith(("gpt-", "gpt4", "o1", "o3", "o4", "chatgpt"))
         if self.kind == "tiktoken" or (self.kind == "auto" and openai_name):
             try:
@@ -109,7 +112,8 @@ class TokenCounter:
                 self.name = f"tiktoken:{encoding.name}"
                 return
             except Exception as exc:
-                self.failure = f"tiktoken unavailable ({type(exc).__name__})"
+                if self.kind == "tiktoken":
+                    self.failure = f"tiktoken unavailable ({type(exc).__name__})"
         if self.kind == "model" and self.failure is None:
             self.failure = "count_tokens: the backend has no such hook"
         self._count, self.name = self.chars, f"chars/{CHARS_PER_TOKEN}"

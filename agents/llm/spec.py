@@ -20,6 +20,7 @@ from typing import Any
 
 from agents.base import as_flag
 from agents.llm.backends.base import describe_error
+from agents.llm.cache import CachedBackend
 from agents.llm.memory import parse_memory
 from agents.llm.providers import ALIASES, PRESETS
 from agents.llm.reasoning import effort_value, reasoning_mode
@@ -245,3 +246,49 @@ def coerce_params(cls: type, params: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def agent_arguments(provider: str, params: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    """What ``LLMAgent.from_params`` builds from spec parameters: the spec text, the backend
+    (wrapped in the response cache when ``cache`` is given) and the agent's keyword arguments.
+    Raises ``TypeError``/``ValueError`` for bad parameters."""
+    spec = (
+        "llm:"
+        + provider
+        + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
+    )
+    backend_cls = backend_class(provider)
+    params = preset_params(provider, params)
+    check_names(backend_cls, params)
+    agent_kw: dict[str, Any] = {}
+    for key, conv in AGENT_PARAM_TYPES.items():
+        if key in params:
+            agent_kw[key] = conv(params.pop(key))
+    cache = params.pop("cache", None)
+    cache_mode = str(params.pop("cache_mode", "readwrite"))
+    if cache is None and cache_mode != "readwrite":
+        raise TypeError("cache_mode needs cache=PATH (the SQLite file)")
+    price_prompt = params.pop("price_prompt", None)
+    price_completion = params.pop("price_completion", None)
+    backend: Any
+    if cache is not None and cache_mode == "read":
+        # offline: the model is never contacted; the backend (if it can be built here) only
+        # names the model, which is part of the cache key
+        try:
+            backend = backend_cls(**coerce_params(backend_cls, params))
+            model = backend.model
+        except Exception:
+            backend, model = None, model_name(params)
+    else:
+        backend = backend_cls(**coerce_params(backend_cls, params))
+        model = backend.model
+    if cache is not None:
+        backend = CachedBackend(backend, str(cache), mode=cache_mode, model=str(model))  # type: ignore[arg-type]
+    if price_prompt is not None or price_completion is not None:
+        agent_kw["prices"] = {
+            str(model): (
+                price_value("price_prompt", price_prompt),
+                price_value("price_completion", price_completion),
+            )
+        }
+    return spec, backend, agent_kw
