@@ -23,6 +23,13 @@ from market.environment.observations import (
     vector_size,
 )
 from market.environment.parallel import ParallelMarketEnv, parallel_env
+from market.environment.trust import (
+    QUOTE_PREFIX,
+    UNTRUSTED_RULE,
+    clean_untrusted,
+    is_quoted_line,
+    quote_untrusted,
+)
 from market.environment.wrappers import (
     MENU,
     MENU_NAMES,
@@ -35,6 +42,8 @@ from market.environment.wrappers import (
 __all__ = [
     "MENU",
     "MENU_NAMES",
+    "QUOTE_PREFIX",
+    "UNTRUSTED_RULE",
     "CoalitionView",
     "ContractView",
     "DesignerStats",
@@ -49,9 +58,12 @@ __all__ = [
     "ShockView",
     "affordable",
     "can_complete",
+    "clean_untrusted",
     "env",
+    "is_quoted_line",
     "marginal_values",
     "parallel_env",
+    "quote_untrusted",
     "raw_env",
     "rl_env",
     "rl_parallel_env",
