@@ -15,7 +15,7 @@ from typing import ClassVar, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from market.environment.trust import quote_untrusted
+from market.core.trust import quote_untrusted
 
 Phase = Literal["design", "negotiation", "bidding", "done"]
 PHASES: tuple[str, ...] = ("design", "negotiation", "bidding", "done")
@@ -182,7 +182,7 @@ class Observation(BaseModel):
     def to_prompt(self) -> str:
         """A compact text rendering for LLM seats (JSON sections with short headings).
 
-        Trust boundary (:mod:`market.environment.trust`): structured data is compact JSON; every
+        Trust boundary (:mod:`market.core.trust`): structured data is compact JSON; every
         free text another seat wrote (messages, pitches, counter-pitches, offer notes, coalition
         purposes) is left out of the JSON and shown only as a quoted ``[untrusted ...]`` block
         naming its sender, so no text can pose as the prompt's own instructions. The seat's own

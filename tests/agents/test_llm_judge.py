@@ -13,7 +13,14 @@ from support import job, make_env
 from agents.llm.backends.base import BackendError, Completion
 from agents.llm.judge import JudgeSpecError, LLMJudge, LLMScores, make_judge
 from market.core.claims import JudgeContext
-from market.core.judge import RUBRIC_VERSION, Judge, RuleJudge, Verdict, allocate_judge_pool
+from market.core.judge import (
+    LLM_BAND,
+    RUBRIC_VERSION,
+    Judge,
+    RuleJudge,
+    Verdict,
+    allocate_judge_pool,
+)
 from market.core.negotiation import Pitch
 from market.core.seats import bidder_seat
 from market.core.world import Job, Lab
@@ -109,15 +116,12 @@ def test_llm_judge_validates_scores_and_caches_by_input(tmp_path) -> None:
     backend = ScriptedBackend([GOOD])
     judge = LLMJudge(backend, cache_path=tmp_path / "judge.sqlite")
     first = _one(judge)
+    rule = _one(RuleJudge())
     assert first.kind == "llm" and first.model == "fake-judge" and not first.cached
-    assert first.scores == {
-        "true_need": 0.9,
-        "honesty": 1.0,
-        "conduct": 0.8,
-        "fairness": 1.0,
-        "text_quality": 1.0,
-    }
-    assert first.total == pytest.approx(100 * 0.9 * (0.8 + 0.1 * 0.8 + 0.1))
+    # the fact dimensions are the audit's (the model said true_need 0.9); honesty and text
+    # quality agree with the audit, so the bound leaves the rule total
+    assert first.scores == rule.scores and first.scores["true_need"] != 0.9
+    assert first.total == rule.total
     assert "Due this round" in first.rationale and len(backend.calls) == 1
     prompt = json.dumps(backend.calls[0])
     assert RUBRIC_VERSION in prompt and "untrusted" in prompt
@@ -174,10 +178,14 @@ def test_the_rule_audit_binds_the_llm_judge() -> None:
     assert injected.scores["text_quality"] == 0.0 and injected.total == 0.0
     assert lie.kind == injected.kind == "llm-audit" and lie.model == "fake-judge"
     assert backend.calls == []
-    # an honest pitch is the model's to score, and an LLM honesty of 0 costs no reputation
+    # the model may lower an honest pitch only inside the band, and costs it no reputation
     doubtful = ScriptedBackend([json.dumps({**json.loads(GOOD), "honesty": 0.0})])
     verdict = _one(LLMJudge(doubtful))
-    assert verdict.kind == "llm" and verdict.total == 0.0 and verdict.false_claims == ()
+    rule = _one(RuleJudge())
+    assert verdict.kind == "llm" and verdict.false_claims == ()
+    assert verdict.scores["honesty"] == pytest.approx(1 - LLM_BAND)
+    assert verdict.total == pytest.approx((1 - LLM_BAND) * rule.total, abs=1e-3)
+    assert "bound by the rule audit" in verdict.rationale
 
 
 def test_llm_scores_are_range_checked() -> None:
