@@ -244,7 +244,7 @@ def bound_llm_scores(
             continue
         value = float(model.get(d, high))
         low = (1.0 - band) * high
-        out[d] = high if math.isnan(value) else round(min(high, max(low, value)), 4)
+        out[d] = high if math.isnan(value) else min(high, max(low, round(value, 4)))
     return out
 
 
