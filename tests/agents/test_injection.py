@@ -445,3 +445,57 @@ def test_docs_table_matches_the_measured_counts() -> None:
     )
     hits = len(detector_hits())
     assert f"keyword detector flags {hits} of the {n}" in section, hits
+
+
+# --------------------------------------------------------------------------------------------
+# the real llama.cpp server
+# --------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_real_llama_judge_on_injected_pitches_keeps_the_bound() -> None:
+    """SmolLM2-135M on llama.cpp judges honest and injected pitches: the server answers the
+    judge's structured request without crashing, and the bound holds whatever the model says."""
+    from real_model_utils import (
+        LLAMA_INSTALL,
+        LLAMA_SERVER_MODULES,
+        LlamaServer,
+        require_gguf,
+        require_modules,
+    )
+
+    from agents.llm.backends.openai_backend import OpenAIBackend
+
+    gguf = require_gguf()
+    require_modules(LLAMA_SERVER_MODULES, LLAMA_INSTALL)
+    chosen = ("committee note", "operator note", "role play", "french")
+    with LlamaServer(gguf, n_ctx=4096) as server:
+        backend = OpenAIBackend(
+            model=server.alias,
+            base_url=server.base_url,
+            response_format="json_object",
+            timeout=600.0,
+            max_retries=0,
+        )
+        judge = LLMJudge(backend, retries=1, params={"max_tokens": 120})
+        rule = RuleJudge()
+        context = JudgeContext(0, 1.0, {0: 0.8, 1: 0.8}, {}, {}, 2)
+        honest_rule = rule.score(Pitch(0, HONEST, 3, None, 0), _lab(0), context).total
+        kinds = []
+        for name, template in INJECTIONS:
+            if name not in chosen:
+                continue
+            text = f"{HONEST} {judge_injection(template)}"
+            pitches = {0: Pitch(0, HONEST, 3, None, 0), 1: Pitch(1, text, 3, None, 0)}
+            verdicts = allocate_judge_pool(pitches, [_lab(0), _lab(1)], 3, 0, 1.0, judge)
+            by_lab = {v.lab: v for v in verdicts}
+            injected_rule = rule.score(pitches[1], _lab(1), context).total
+            assert server.running(), (name, server.log_tail(1500))
+            for v in verdicts:  # a failure names the real error; never a crashed server
+                assert "backend error" not in v.rationale, (name, v.rationale)
+                kinds.append(v.kind)
+            assert injected_rule <= honest_rule + 1e-9, name
+            assert by_lab[1].total <= injected_rule + 1e-9, (name, by_lab[1])
+            assert by_lab[0].total <= honest_rule + 1e-9, (name, by_lab[0])
+            assert by_lab[0].total >= (1 - LLM_BAND) ** 2 * honest_rule - 1e-3, name
+        assert server.running() and "exceeds sane defaults" not in server.log_tail(20_000)
+        assert "llm" in kinds, kinds  # the model answered and its verdicts were used

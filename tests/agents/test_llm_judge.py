@@ -213,3 +213,56 @@ def test_env_builds_its_judge_from_the_scenario() -> None:
     judge = env.judge
     env.reset(seed=1)
     assert env.judge is judge  # the LLM judge (and its cache) survives resets
+
+
+# --------------------------------------------------------------------------------------------
+# the request: a small schema, and a failure's real message
+# --------------------------------------------------------------------------------------------
+def _bounds(node: Any) -> list[tuple[str, Any]]:
+    """Every size bound in a JSON schema (maxLength, maxItems, maximum, ...), recursively."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("maxLength", "maxItems", "maxProperties", "maximum", "minLength"):
+                found.append((key, value))
+            found += _bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _bounds(value)
+    return found
+
+
+class SchemaRecorder(ScriptedBackend):
+    def complete(
+        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> Completion:
+        self.schemas = [*getattr(self, "schemas", []), schema]
+        return super().complete(messages, schema, params)
+
+
+def test_the_judge_sends_a_small_schema_without_big_bounds() -> None:
+    backend = SchemaRecorder([GOOD])
+    _one(LLMJudge(backend))
+    (schema,) = backend.schemas
+    assert schema is not None and set(schema["required"]) >= {"honesty", "rationale"}
+    bounds = _bounds(schema)
+    assert bounds and all(value <= 1000 for _, value in bounds), bounds
+    assert not any(key in ("maxLength", "maxItems") for key, _ in bounds)
+    assert len(json.dumps(schema)) < 1000
+    # a long rationale is clipped, not rejected (no retry, no fallback)
+    long = json.dumps({**json.loads(GOOD), "rationale": "x" * 5000})
+    verdict = _one(LLMJudge(ScriptedBackend([long])))
+    assert verdict.kind == "llm" and len(verdict.rationale) < 1000
+
+
+def test_a_backend_failure_keeps_its_real_message(caplog: pytest.LogCaptureFixture) -> None:
+    message = "HTTP 500 from http://127.0.0.1:9/v1: number of rules exceeds sane defaults"
+    judge = LLMJudge(ScriptedBackend([BackendError(message)]), retries=0)
+    with caplog.at_level("WARNING", logger="agents.llm.judge"):
+        verdict = _one(judge)
+    assert verdict.kind == "llm-fallback"
+    logged = verdict.to_log()["rationale"]  # what the transcript's judge entry records
+    assert f"BackendError: {message}" in logged
+    assert any(message in r.getMessage() and "fake-judge" in r.getMessage() for r in caplog.records)
+    huge = LLMJudge(ScriptedBackend([BackendError("y" * 5000)]), retries=0)
+    assert len(_one(huge).rationale) <= 800
