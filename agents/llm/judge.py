@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -99,6 +100,24 @@ def error_text(exc: BaseException) -> str:
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
 
 
+def clamp_scores(data: dict[str, Any]) -> bool:
+    """In place: rubric scores that are finite numbers outside [0, 1] moved into it; True if any.
+
+    A schema's ``minimum``/``maximum`` on a number is not enforced by every server's grammar
+    (llama.cpp's is not), and small models answer ``"conduct": 2``. The bound of the rule audit
+    clamps judgement scores again and ignores the fact scores, so this repair cannot lift a pitch;
+    it is counted in ``LLMJudge.clamped``.
+    """
+    changed = False
+    for d in DIMENSIONS:
+        value = data.get(d)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and math.isfinite(value) and not 0.0 <= value <= 1.0:
+            data[d] = min(1.0, max(0.0, float(value)))
+            changed = True
+    return changed
+
+
 def _json_object(text: str) -> str:
     """The outermost ``{...}`` of a reply (models wrap JSON in prose or code fences)."""
     start, end = text.find("{"), text.rfind("}")
@@ -139,6 +158,7 @@ class LLMJudge:
         self.store = None if cache_path is None else ResponseCache(cache_path)
         self.calls = 0  # backend calls made
         self.failures = 0  # verdicts that fell back to the rule judge
+        self.clamped = 0  # replies whose scores lay outside [0, 1] and were clamped (repairs)
 
     def describe(self) -> str:
         return f"llm/{self.version}/{self.model}"
@@ -233,7 +253,10 @@ class LLMJudge:
             self.calls += 1
             try:
                 reply = self.backend.complete(convo, schema, dict(self.params))
-                return LLMScores.model_validate_json(_json_object(reply.text))
+                data = json.loads(_json_object(reply.text))
+                if isinstance(data, dict) and clamp_scores(data):
+                    self.clamped += 1
+                return LLMScores.model_validate(data)
             except (ValidationError, ValueError) as exc:
                 error = f"invalid reply: {str(exc).splitlines()[0]}"
                 convo = [

@@ -452,7 +452,7 @@ def test_docs_table_matches_the_measured_counts() -> None:
 # --------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.real_model
-def test_real_llama_judge_on_injected_pitches_keeps_the_bound() -> None:
+def test_real_llama_judge_on_injected_pitches_keeps_the_bound(record_property: Any) -> None:
     """SmolLM2-135M on llama.cpp judges honest and injected pitches: the server answers the
     judge's structured request without crashing, and the bound holds whatever the model says."""
     from real_model_utils import (
@@ -467,7 +467,9 @@ def test_real_llama_judge_on_injected_pitches_keeps_the_bound() -> None:
 
     gguf = require_gguf()
     require_modules(LLAMA_SERVER_MODULES, LLAMA_INSTALL)
-    chosen = ("committee note", "operator note", "role play", "french")
+    # the issue's own example (it passes the keyword detector); a 135M model decodes a grammar
+    # at ~1 token/s on a loaded 2-core machine, so one injected and one honest pitch it is
+    chosen = ("committee note",)
     with LlamaServer(gguf, n_ctx=4096) as server:
         backend = OpenAIBackend(
             model=server.alias,
@@ -498,4 +500,5 @@ def test_real_llama_judge_on_injected_pitches_keeps_the_bound() -> None:
             assert by_lab[0].total <= honest_rule + 1e-9, (name, by_lab[0])
             assert by_lab[0].total >= (1 - LLM_BAND) ** 2 * honest_rule - 1e-3, name
         assert server.running() and "exceeds sane defaults" not in server.log_tail(20_000)
+        record_property("judge_verdicts", [v.to_log() for v in verdicts])
         assert "llm" in kinds, kinds  # the model answered and its verdicts were used

@@ -141,7 +141,7 @@ def test_llm_judge_validates_scores_and_caches_by_input(tmp_path) -> None:
     [
         "not json at all",
         '{"true_need": 0.9}',
-        '{"true_need": 1.5, "honesty": 1, "conduct": 1, "fairness": 1, "text_quality": 1}',
+        '{"true_need": 0.5, "honesty": null, "conduct": 1, "fairness": 1, "text_quality": 1}',
         '```json\n{"true_need": "high"}\n```',
     ],
 )
@@ -186,6 +186,19 @@ def test_the_rule_audit_binds_the_llm_judge() -> None:
     assert verdict.scores["honesty"] == pytest.approx(1 - LLM_BAND)
     assert verdict.total == pytest.approx((1 - LLM_BAND) * rule.total, abs=1e-3)
     assert "bound by the rule audit" in verdict.rationale
+
+
+def test_out_of_range_scores_are_clamped_and_counted() -> None:
+    # llama.cpp's grammar does not enforce a number's minimum/maximum; a 135M model answers 2 or 4
+    reply = json.dumps({**json.loads(GOOD), "conduct": 2, "text_quality": 4, "honesty": -1})
+    judge = LLMJudge(ScriptedBackend([reply]))
+    verdict = _one(judge)
+    rule = _one(RuleJudge())
+    assert verdict.kind == "llm" and judge.clamped == 1 and judge.failures == 0
+    assert verdict.scores["conduct"] == rule.scores["conduct"]  # a fact: the audit's
+    assert verdict.scores["text_quality"] == rule.scores["text_quality"]  # 4 -> 1 -> the audit's
+    assert verdict.scores["honesty"] == pytest.approx(1 - LLM_BAND)  # -1 -> 0 -> the band's floor
+    assert verdict.total <= rule.total
 
 
 def test_llm_scores_are_range_checked() -> None:
