@@ -10,7 +10,7 @@ The rules:
   turn. A turn after the first does not repeat the observation: it opens with the result of the
   seat's previous action and what changed since its last turn (:func:`observation_diff`), then
   the phase's legal actions. Other seats' free text in a diff (messages, pitches, offer notes,
-  coalition purposes) is quoted with :func:`market.environment.trust.quote_untrusted`.
+  coalition purposes) is quoted with :func:`market.core.trust.quote_untrusted` (re-exported by ``market.environment``).
 - ``window:N`` keeps the last ``N`` earlier turns, ``full`` all of them, ``summary:N`` the last
   ``N`` (default 6) verbatim and one digest line per older turn (deterministic: round, phase,
   the action played and what followed), prefixed to the first user message.

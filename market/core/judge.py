@@ -43,6 +43,20 @@ at most what it asked for and what its live runnable jobs need, and a verdict wi
 a zero total gets nothing. Clearing (``market.core.settlement``) lowers the reputation of a lab whose
 verdict has false claims by ``market.core.penalties.FALSE_CLAIM_REPUTATION_LOSS``.
 
+LLM bound (``LLM_BAND``): a model judge (``agents.llm.judge``) scores the same rubric, but its
+verdict is bound by the rule audit (:func:`bound_llm_scores`). Let ``r_d`` be the audit's score on
+dimension ``d``, ``m_d`` the model's and ``R = combine(r)`` the rule total. The verdict keeps the
+audit's *fact* dimensions (``true_need``, ``conduct``, ``fairness``: no model changes facts) and
+takes the *judgement* dimensions (``honesty``, ``text_quality``) as ``clamp(m_d, (1 - LLM_BAND) x
+r_d, r_d)``. Hence ``(1 - LLM_BAND)^2 x R <= total <= R``: a model can only lower a pitch, by at
+most ``1 - (1 - LLM_BAND)^2`` of its rule total, and reorders two pitches only where these bands
+overlap. Text can only lower ``R`` (above), so ``R <= R*``, the rule total of a clean, honest
+pitch by the same lab with the same verified facts: **no wording lifts a pitch above R*, and an
+injected pitch never outscores an honest pitch with the same verified facts that the model leaves
+at its rule score** (each pitch is scored in its own call, so a pitch's text cannot lower a rival's
+score); equal totals are served by lab index, which no text changes. A pitch the audit scores 0 is
+decided without the model.
+
 This module holds the rubric, the rule judge, the :class:`Judge` protocol and the pool allocation;
 the claim audit and text gates it scores from live in :mod:`market.core.claims`. The
 LLM judge (a chat model scoring the same rubric) and the factory that builds a judge from a
@@ -77,6 +91,9 @@ NEED_SCALE = 25.0  # credits per round at which true_need is 0.5
 W_CONDUCT = 0.1
 W_FAIRNESS = 0.1
 RATIONALE_CHARS = 400
+LLM_BAND = 0.2  # a model may lower each judgement dimension by at most this share of the audit's
+FACT_DIMENSIONS: tuple[str, ...] = ("true_need", "conduct", "fairness")
+JUDGEMENT_DIMENSIONS: tuple[str, ...] = ("honesty", "text_quality")
 
 RUBRIC_TEXT = f"""Rubric {RUBRIC_VERSION}: score one pitch for free GPU blocks from the judge pool.
 Every dimension is a number in [0, 1].
@@ -201,6 +218,34 @@ def combine(scores: Mapping[str, float]) -> float:
     )
     base = scores["true_need"] * scores["honesty"] * scores["text_quality"]
     return round(100.0 * base * tilt, 4)
+
+
+def bound_llm_scores(
+    rule: Mapping[str, float], model: Mapping[str, float], band: float = LLM_BAND
+) -> dict[str, float]:
+    """A model's rubric scores bound by the rule audit's (see "LLM bound" in the module doc).
+
+    Fact dimensions are the audit's; each judgement dimension ``d`` is ``model[d]`` clamped to
+    ``[(1 - band) x rule[d], rule[d]]``, so ``(1 - band)^2 x combine(rule) <= combine(result) <=
+    combine(rule)``. A missing or NaN model score counts as the audit's.
+
+    >>> r = {"true_need": 0.5, "honesty": 1.0, "conduct": 0.8, "fairness": 1.0, "text_quality": 0.9}
+    >>> m = {"true_need": 1.0, "honesty": 1.0, "conduct": 1.0, "fairness": 1.0, "text_quality": 0.1}
+    >>> bound_llm_scores(r, m)
+    {'true_need': 0.5, 'honesty': 1.0, 'conduct': 0.8, 'fairness': 1.0, 'text_quality': 0.72}
+    """
+    if not 0.0 <= band <= 1.0:
+        raise ValueError(f"band must lie in [0, 1], got {band}")
+    out: dict[str, float] = {}
+    for d in DIMENSIONS:
+        high = float(rule[d])
+        if d in FACT_DIMENSIONS:
+            out[d] = high
+            continue
+        value = float(model.get(d, high))
+        low = (1.0 - band) * high
+        out[d] = high if math.isnan(value) else min(high, max(low, round(value, 4)))
+    return out
 
 
 def clip_rationale(text: str, limit: int = RATIONALE_CHARS) -> str:

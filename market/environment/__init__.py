@@ -4,6 +4,13 @@ observation models agents read, and the RL view (menu, masks) that RL agents and
 Agents import from here only (never the submodules): ``from market.environment import Observation``.
 """
 
+from market.core.trust import (
+    QUOTE_PREFIX,
+    UNTRUSTED_RULE,
+    clean_untrusted,
+    is_quoted_line,
+    quote_untrusted,
+)
 from market.environment.aec import env, raw_env
 from market.environment.observations import (
     CoalitionView,
@@ -23,7 +30,6 @@ from market.environment.observations import (
     vector_size,
 )
 from market.environment.parallel import ParallelMarketEnv, parallel_env
-from market.environment.trust import UNTRUSTED_RULE, quote_untrusted
 from market.environment.wrappers import (
     MENU,
     MENU_NAMES,
@@ -36,6 +42,8 @@ from market.environment.wrappers import (
 __all__ = [
     "MENU",
     "MENU_NAMES",
+    "QUOTE_PREFIX",
+    "UNTRUSTED_RULE",
     "CoalitionView",
     "ContractView",
     "DesignerStats",
@@ -51,7 +59,9 @@ __all__ = [
     "UNTRUSTED_RULE",
     "affordable",
     "can_complete",
+    "clean_untrusted",
     "env",
+    "is_quoted_line",
     "marginal_values",
     "parallel_env",
     "quote_untrusted",

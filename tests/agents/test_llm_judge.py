@@ -13,7 +13,14 @@ from support import job, make_env
 from agents.llm.backends.base import BackendError, Completion
 from agents.llm.judge import JudgeSpecError, LLMJudge, LLMScores, make_judge
 from market.core.claims import JudgeContext
-from market.core.judge import RUBRIC_VERSION, Judge, RuleJudge, Verdict, allocate_judge_pool
+from market.core.judge import (
+    LLM_BAND,
+    RUBRIC_VERSION,
+    Judge,
+    RuleJudge,
+    Verdict,
+    allocate_judge_pool,
+)
 from market.core.negotiation import Pitch
 from market.core.seats import bidder_seat
 from market.core.world import Job, Lab
@@ -109,15 +116,12 @@ def test_llm_judge_validates_scores_and_caches_by_input(tmp_path) -> None:
     backend = ScriptedBackend([GOOD])
     judge = LLMJudge(backend, cache_path=tmp_path / "judge.sqlite")
     first = _one(judge)
+    rule = _one(RuleJudge())
     assert first.kind == "llm" and first.model == "fake-judge" and not first.cached
-    assert first.scores == {
-        "true_need": 0.9,
-        "honesty": 1.0,
-        "conduct": 0.8,
-        "fairness": 1.0,
-        "text_quality": 1.0,
-    }
-    assert first.total == pytest.approx(100 * 0.9 * (0.8 + 0.1 * 0.8 + 0.1))
+    # the fact dimensions are the audit's (the model said true_need 0.9); honesty and text
+    # quality agree with the audit, so the bound leaves the rule total
+    assert first.scores == rule.scores and first.scores["true_need"] != 0.9
+    assert first.total == rule.total
     assert "Due this round" in first.rationale and len(backend.calls) == 1
     prompt = json.dumps(backend.calls[0])
     assert RUBRIC_VERSION in prompt and "untrusted" in prompt
@@ -137,7 +141,7 @@ def test_llm_judge_validates_scores_and_caches_by_input(tmp_path) -> None:
     [
         "not json at all",
         '{"true_need": 0.9}',
-        '{"true_need": 1.5, "honesty": 1, "conduct": 1, "fairness": 1, "text_quality": 1}',
+        '{"true_need": 0.5, "honesty": null, "conduct": 1, "fairness": 1, "text_quality": 1}',
         '```json\n{"true_need": "high"}\n```',
     ],
 )
@@ -174,10 +178,27 @@ def test_the_rule_audit_binds_the_llm_judge() -> None:
     assert injected.scores["text_quality"] == 0.0 and injected.total == 0.0
     assert lie.kind == injected.kind == "llm-audit" and lie.model == "fake-judge"
     assert backend.calls == []
-    # an honest pitch is the model's to score, and an LLM honesty of 0 costs no reputation
+    # the model may lower an honest pitch only inside the band, and costs it no reputation
     doubtful = ScriptedBackend([json.dumps({**json.loads(GOOD), "honesty": 0.0})])
     verdict = _one(LLMJudge(doubtful))
-    assert verdict.kind == "llm" and verdict.total == 0.0 and verdict.false_claims == ()
+    rule = _one(RuleJudge())
+    assert verdict.kind == "llm" and verdict.false_claims == ()
+    assert verdict.scores["honesty"] == pytest.approx(1 - LLM_BAND)
+    assert verdict.total == pytest.approx((1 - LLM_BAND) * rule.total, abs=1e-3)
+    assert "bound by the rule audit" in verdict.rationale
+
+
+def test_out_of_range_scores_are_clamped_and_counted() -> None:
+    # llama.cpp's grammar does not enforce a number's minimum/maximum; a 135M model answers 2 or 4
+    reply = json.dumps({**json.loads(GOOD), "conduct": 2, "text_quality": 4, "honesty": -1})
+    judge = LLMJudge(ScriptedBackend([reply]))
+    verdict = _one(judge)
+    rule = _one(RuleJudge())
+    assert verdict.kind == "llm" and judge.clamped == 1 and judge.failures == 0
+    assert verdict.scores["conduct"] == rule.scores["conduct"]  # a fact: the audit's
+    assert verdict.scores["text_quality"] == rule.scores["text_quality"]  # 4 -> 1 -> the audit's
+    assert verdict.scores["honesty"] == pytest.approx(1 - LLM_BAND)  # -1 -> 0 -> the band's floor
+    assert verdict.total <= rule.total
 
 
 def test_llm_scores_are_range_checked() -> None:
@@ -205,3 +226,56 @@ def test_env_builds_its_judge_from_the_scenario() -> None:
     judge = env.judge
     env.reset(seed=1)
     assert env.judge is judge  # the LLM judge (and its cache) survives resets
+
+
+# --------------------------------------------------------------------------------------------
+# the request: a small schema, and a failure's real message
+# --------------------------------------------------------------------------------------------
+def _bounds(node: Any) -> list[tuple[str, Any]]:
+    """Every size bound in a JSON schema (maxLength, maxItems, maximum, ...), recursively."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("maxLength", "maxItems", "maxProperties", "maximum", "minLength"):
+                found.append((key, value))
+            found += _bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _bounds(value)
+    return found
+
+
+class SchemaRecorder(ScriptedBackend):
+    def complete(
+        self, messages: list[dict[str, str]], schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> Completion:
+        self.schemas = [*getattr(self, "schemas", []), schema]
+        return super().complete(messages, schema, params)
+
+
+def test_the_judge_sends_a_small_schema_without_big_bounds() -> None:
+    backend = SchemaRecorder([GOOD])
+    _one(LLMJudge(backend))
+    (schema,) = backend.schemas
+    assert schema is not None and set(schema["required"]) >= {"honesty", "rationale"}
+    bounds = _bounds(schema)
+    assert bounds and all(value <= 1000 for _, value in bounds), bounds
+    assert not any(key in ("maxLength", "maxItems") for key, _ in bounds)
+    assert len(json.dumps(schema)) < 1000
+    # a long rationale is clipped, not rejected (no retry, no fallback)
+    long = json.dumps({**json.loads(GOOD), "rationale": "x" * 5000})
+    verdict = _one(LLMJudge(ScriptedBackend([long])))
+    assert verdict.kind == "llm" and len(verdict.rationale) < 1000
+
+
+def test_a_backend_failure_keeps_its_real_message(caplog: pytest.LogCaptureFixture) -> None:
+    message = "HTTP 500 from http://127.0.0.1:9/v1: number of rules exceeds sane defaults"
+    judge = LLMJudge(ScriptedBackend([BackendError(message)]), retries=0)
+    with caplog.at_level("WARNING", logger="agents.llm.judge"):
+        verdict = _one(judge)
+    assert verdict.kind == "llm-fallback"
+    logged = verdict.to_log()["rationale"]  # what the transcript's judge entry records
+    assert f"BackendError: {message}" in logged
+    assert any(message in r.getMessage() and "fake-judge" in r.getMessage() for r in caplog.records)
+    huge = LLMJudge(ScriptedBackend([BackendError("y" * 5000)]), retries=0)
+    assert len(_one(huge).rationale) <= 800

@@ -464,5 +464,7 @@ def test_llm_judge_records_the_servers_message(server: FakeOpenAIServer) -> None
     judge = LLMJudge(backend(server), retries=0)
     with pytest.raises(RuntimeError) as info:
         judge._ask(USER)
-    assert str(info.value).startswith("backend error: model fake-model: HTTP 500 from")
+    assert str(info.value).startswith(
+        "backend error: BackendError: model fake-model: HTTP 500 from"
+    )
     assert crash in str(info.value)

@@ -114,9 +114,7 @@ def test_leaderboard_with_a_legal_fake_model_matches_hand_computation(tmp_path: 
         assert row["completion_tokens"] == decisions * COMPLETION
         # LLM seats count the tokens of any reasoning the model wrote (here the fake's
         # "reasoning" field): the column is the sum of the seat's own stats
-        assert row["reasoning_tokens"] == sum(
-            r["stats"]["reasoning_tokens"] for r in mine.values()
-        )
+        assert row["reasoning_tokens"] == sum(r["stats"]["reasoning_tokens"] for r in mine.values())
         assert row["cost_usd"] == pytest.approx(decisions * (PROMPT * 2 + COMPLETION * 8) / 1e6)
         latency = math.fsum(r["stats"]["latency_s"] for r in mine.values())
         assert row["latency_per_decision_s"] == pytest.approx(latency / decisions)
