@@ -32,7 +32,13 @@ from agents.llm.backends.base import (
 from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
 from agents.llm.cache import CachedBackend, occurrence_scope
 from agents.llm.parsing import extract_json
-from agents.llm.prompts import Messages, legal_action_schema, prompt_messages, repair_message
+from agents.llm.prompts import (
+    Messages,
+    legal_action_schema,
+    load_templates,
+    prompt_messages,
+    repair_message,
+)
 from agents.llm.spec import (
     AGENT_PARAM_TYPES,
     backend_class,
@@ -92,6 +98,10 @@ class LLMAgent(BaseAgent):
         prices: ``{model: (USD per million prompt tokens, USD per million completion tokens)}``,
             the unit providers publish and ``--price`` takes; a key also matches model names it
             prefixes. Cache hits cost nothing.
+        prompt: the seat's prompt templates: a folder with ``system.j2``/``user.j2``/``repair.j2``
+            (missing ones are the built-ins) or one file for the system prompt
+            (:mod:`agents.llm.prompt_templates`); a bad template raises ``PromptTemplateError``.
+        persona: a persona paragraph for the system prompt, as text or a file's path.
         call_timeout: hard limit in seconds on one async request (``aact``), on top of the
             backend's own timeout.
         limiter: a shared :class:`~agents.llm.backends.base.RequestLimiter`, or a
@@ -121,6 +131,8 @@ class LLMAgent(BaseAgent):
         limiter: Any = None,
         budget: Any = None,
         spec: str | None = None,
+        prompt: str | None = None,
+        persona: str | None = None,
     ) -> None:
         super().__init__()
         if retries < 0:
@@ -148,6 +160,8 @@ class LLMAgent(BaseAgent):
         if budget is not None:
             self.budget = budget
         self.spec = spec or f"llm?model={getattr(backend, 'model', '?')}"
+        # the seat's prompt templates and persona, checked now (PromptTemplateError, one line)
+        self.templates = load_templates(prompt, persona)
         self._seed: int | None = None
         self._occurrences: dict[str, int] = {}  # repeated identical requests, for the cache
         self.stats: dict[str, float] = dict.fromkeys(STAT_KEYS, 0)
@@ -222,14 +236,17 @@ class LLMAgent(BaseAgent):
                 error="no legal actions: not this seat's turn",
             )
             return action
-        messages: Messages = prompt_messages(obs)
+        messages: Messages = prompt_messages(obs, self.templates)
         for attempt in range(self.retries + 1):
             if attempt:
                 self.stats["retries"] += 1
                 messages = [
                     *messages,
                     {"role": "assistant", "content": (exchange["raw"] or "")[:MAX_ECHO_CHARS]},
-                    {"role": "user", "content": repair_message(exchange["error"], obs)},
+                    {
+                        "role": "user",
+                        "content": repair_message(exchange["error"], obs, self.templates),
+                    },
                 ]
             exchange["messages"] = messages
             exchange["attempts"] = attempt + 1
@@ -381,7 +398,7 @@ class LLMAgent(BaseAgent):
         ``llm:openai?model=gpt-4o-mini&base_url=...&retries=1&cache=runs/llm.sqlite``.
 
         Agent parameters (:data:`AGENT_PARAMS`): ``retries``, ``fallback``, ``temperature``,
-        ``max_tokens``, ``send_seed``, ``structured``, ``call_timeout``, ``price_prompt`` and
+        ``max_tokens``, ``send_seed``, ``structured``, ``call_timeout``, ``prompt``, ``persona``, ``price_prompt`` and
         ``price_completion`` (USD per million tokens), ``cache`` (a SQLite path) and
         ``cache_mode``. Everything else goes to the provider's backend (``openai``:
         :class:`~agents.llm.backends.openai_backend.OpenAIBackend`). An unknown parameter raises

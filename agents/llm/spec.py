@@ -54,6 +54,8 @@ AGENT_PARAM_TYPES: dict[str, Callable[[Any], Any]] = {
     "send_seed": as_bool,
     "structured": as_bool,
     "call_timeout": optional(float),
+    "prompt": optional(str),
+    "persona": optional(str),
 }
 #: every parameter an ``llm:`` spec takes whatever its provider (the backend's come on top)
 AGENT_PARAMS: tuple[str, ...] = (
