@@ -221,6 +221,12 @@ class PromptTemplates:
         template = self.templates[name]
         try:
             return template.render(**context).strip()
+        except jinja2.TemplateNotFound as exc:
+            where = _where(exc, template.filename or name)
+            raise PromptTemplateError(
+                f"prompt template {where}: it includes {exc.name!r}, which is neither in the "
+                "template's folder nor a built-in (builtin/system.j2, builtin/user.j2, builtin/repair.j2)"
+            ) from None
         except jinja2.TemplateError as exc:
             where = _where(exc, template.filename or name)
             raise PromptTemplateError(f"prompt template {where}: {exc}".splitlines()[0]) from None

@@ -19,8 +19,7 @@ from agents.llm.compact import LIMITS, compact_observation
 from agents.llm.prompt_templates import PromptTemplates, default_templates
 from agents.llm.rules import bid_example, seat_rules
 from market.core.actions import ACTION_CLASSES, Bid, MechanismUpdate, Wait
-from market.environment import Observation, raw_env
-from market.environment.trust import UNTRUSTED_RULE
+from market.environment import UNTRUSTED_RULE, Observation, raw_env
 
 Messages = list[dict[str, str]]
 

@@ -23,6 +23,7 @@ from market.environment.observations import (
     vector_size,
 )
 from market.environment.parallel import ParallelMarketEnv, parallel_env
+from market.environment.trust import UNTRUSTED_RULE
 from market.environment.wrappers import (
     MENU,
     MENU_NAMES,
@@ -57,5 +58,6 @@ __all__ = [
     "rl_parallel_env",
     "seat_rl_observation",
     "translate",
+    "UNTRUSTED_RULE",
     "vector_size",
 ]
