@@ -184,6 +184,8 @@ class PromptTemplates:
             lstrip_blocks=True,
         )
         self.templates: dict[str, jinja2.Template] = {}
+        #: the variables each template reads (its includes' too, as far as Jinja can tell)
+        self.variables: dict[str, set[str]] = {}
         for name in TEMPLATE_NAMES:
             self.templates[name] = self._load(name)
 
@@ -200,15 +202,19 @@ class PromptTemplates:
                 f"prompt template {name}: it includes {exc.name!r}, which is neither in the "
                 "template's folder nor a built-in (builtin/system.j2, builtin/user.j2, builtin/repair.j2)"
             ) from None
-        self._check_names(source, filename or name)
+        self.variables[name] = self._check_names(source, filename or name)
         return template
 
-    def _check_names(self, source: str, filename: str) -> None:
-        """Every variable the template reads must be one of :data:`TEMPLATE_VARIABLES`."""
+    def _check_names(self, source: str, filename: str) -> set[str]:
+        """Every variable the template reads must be one of :data:`TEMPLATE_VARIABLES`; returns
+        the variables it reads (an ``include`` counts as reading them all)."""
         ast = self.env.parse(source)
-        unknown = meta.find_undeclared_variables(ast) - set(TEMPLATE_VARIABLES)
+        used = meta.find_undeclared_variables(ast)
+        unknown = used - set(TEMPLATE_VARIABLES)
         if not unknown:
-            return
+            if any(True for _ in ast.find_all((nodes.Include, nodes.Extends))):
+                return set(TEMPLATE_VARIABLES)
+            return used
         name = sorted(unknown)[0]
         line = next((n.lineno for n in ast.find_all(nodes.Name) if n.name == name), 1)
         raise PromptTemplateError(

@@ -10,6 +10,7 @@ structured output; the prompt shows its compact form, :func:`action_formats`).
 from __future__ import annotations
 
 import json
+import string
 from functools import lru_cache
 from typing import Annotated, Any, Union
 
@@ -221,20 +222,28 @@ _GOALS = {
 PROMPT_TOKEN_BUDGET = 1_450
 
 
+_NO_DIGITS = str.maketrans("", "", string.digits)
+_NO_LETTERS = str.maketrans("", "", string.ascii_letters)
+
+
 def estimate_tokens(text: str) -> int:
     """A tokenizer-free estimate of a text's tokens, calibrated on SmolLM2's tokenizer over the
-    prompts of every built-in scenario and rounded up: a digit is a token of its own, a letter
-    about a third of one, other characters about half of one (a byte-pair tokenizer's words are
-    3-4 letters; punctuation in JSON often merges with a quote)."""
-    digits = sum(c.isdigit() for c in text)
-    letters = sum(c.isalpha() for c in text)
+    prompts of every built-in scenario and rounded up: a digit is a token of its own, an ASCII
+    letter about a third of one, any other character about 0.4 of one (a byte-pair tokenizer's
+    words are 3-4 letters; punctuation in JSON often merges with a quote)."""
+    digits = len(text) - len(text.translate(_NO_DIGITS))
+    letters = len(text) - len(text.translate(_NO_LETTERS))
     return int(1.2 * digits + 0.32 * letters + 0.4 * (len(text) - digits - letters)) + 1
 
 
 def _context(
     obs: Observation, templates: PromptTemplates, limit: int | None, error: str = ""
 ) -> dict[str, Any]:
-    shown, notes = compact_observation(obs, limit)
+    return {**_base_context(obs, templates, error), **_shown(obs, limit)}
+
+
+def _base_context(obs: Observation, templates: PromptTemplates, error: str = "") -> dict[str, Any]:
+    """The template variables that do not depend on how far the observation is cut."""
     return {
         "obs": obs,
         "seat": obs.seat,
@@ -248,11 +257,14 @@ def _context(
         "rules": seat_rules(obs),
         "trust_rule": UNTRUSTED_RULE,
         "example": bid_example(obs),
-        "observation": shown.to_prompt(),
-        "omitted": "; ".join(notes),
         "action_formats": action_formats(obs.legal_actions, obs.role == "designer"),
         "error": error,
     }
+
+
+def _shown(obs: Observation, limit: int | None) -> dict[str, str]:
+    shown, notes = compact_observation(obs, limit)
+    return {"observation": shown.to_prompt(), "omitted": "; ".join(notes)}
 
 
 def prompt_messages(
@@ -270,16 +282,20 @@ def prompt_messages(
     :func:`estimate_tokens`, or to the shortest form when none fits; ``max_tokens=None`` never
     cuts."""
     templates = templates or default_templates()
-    messages: Messages = []
+    base = _base_context(obs, templates)
+    system_varies = bool({"observation", "omitted"} & templates.variables["system.j2"])
+    system: dict[str, str] = {}
+    user: dict[str, str] = {}
     for limit in LIMITS if max_tokens is not None else (None,):
-        context = _context(obs, templates, limit)
-        messages = [
-            {"role": "system", "content": templates.render("system.j2", context)},
-            {"role": "user", "content": templates.render("user.j2", context)},
-        ]
-        if max_tokens is None or sum(estimate_tokens(m["content"]) for m in messages) <= max_tokens:
+        context = {**base, **_shown(obs, limit)}
+        if system_varies or not system:
+            system = {"role": "system", "content": templates.render("system.j2", context)}
+        user = {"role": "user", "content": templates.render("user.j2", context)}
+        if max_tokens is None:
             break
-    return messages
+        if estimate_tokens(system["content"]) + estimate_tokens(user["content"]) <= max_tokens:
+            break
+    return [system, user]
 
 
 def system_message(obs: Observation, templates: PromptTemplates | None = None) -> str:

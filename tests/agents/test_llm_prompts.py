@@ -363,3 +363,17 @@ def test_large_market_lists_are_cut_with_a_more_marker() -> None:
     assert shown[0] == obs.seat
     uncut = prompt_messages(obs, max_tokens=None)[1]["content"]
     assert "Not shown to fit" not in uncut and len(uncut) > 3 * len(user)
+
+
+def test_a_system_template_that_shows_the_observation_gets_it_cut_too(tmp_path: Path) -> None:
+    single = tmp_path / "obs_in_system.j2"
+    single.write_text("{{ observation }}\nCUT: {{ omitted }}")
+    templates = load_templates(str(single))
+    assert "observation" in templates.variables["system.j2"]
+    obs = _bidder()
+    system, user = prompt_messages(obs, templates, max_tokens=900)
+    assert "more" in system["content"].split("CUT: ")[1]
+    shown = system["content"].split("\nCUT: ")[0]
+    assert user["content"].startswith(shown) and shown != obs.to_prompt()
+    whole = prompt_messages(obs, templates, max_tokens=None)[0]["content"]
+    assert whole == obs.to_prompt() + "\nCUT:"
