@@ -46,6 +46,7 @@ from agents.llm.parsing import extract_json
 from agents.llm.prompts import (
     Messages,
     legal_action_schema,
+    load_templates,
     prompt_messages,
     repair_message,
 )
@@ -128,6 +129,10 @@ class LLMAgent(BaseAgent):
         prices: ``{model: (USD per million prompt tokens, USD per million completion tokens)}``,
             the unit providers publish and ``--price`` takes; a key also matches model names it
             prefixes. Cache hits cost nothing.
+        prompt: the seat's prompt templates: a folder with ``system.j2``/``user.j2``/``repair.j2``
+            (missing ones are the built-ins) or one file for the system prompt
+            (:mod:`agents.llm.prompt_templates`); a bad template raises ``PromptTemplateError``.
+        persona: a persona paragraph for the system prompt, as text or a file's path.
         call_timeout: hard limit in seconds on one async request (``aact``), on top of the
             backend's own timeout.
         limiter: a shared :class:`~agents.llm.backends.base.RequestLimiter`, or a
@@ -175,6 +180,8 @@ class LLMAgent(BaseAgent):
         reasoning: str = "none",
         reasoning_effort: str = "low",
         mode: str = "json",
+        prompt: str | None = None,
+        persona: str | None = None,
     ) -> None:
         super().__init__()
         if retries < 0:
@@ -208,6 +215,8 @@ class LLMAgent(BaseAgent):
         self.reasoning = reasoning_mode(reasoning)
         self.reasoning_effort = effort_value(reasoning_effort)
         self.mode = tool_mode(mode)
+        # the seat's prompt templates and persona, checked now (PromptTemplateError, one line)
+        self.templates = load_templates(prompt, persona)
         self._seed: int | None = None
         self._occurrences: dict[str, int] = {}  # repeated identical requests, for the cache
         self.stats: dict[str, float] = dict.fromkeys(STAT_KEYS, 0)
@@ -302,7 +311,9 @@ class LLMAgent(BaseAgent):
         if tools:
             params.update(tools=tools, tool_choice=tool_choice(tools))
             exchange["tools"] = [t["function"]["name"] for t in tools]
-        base: Messages = prompt_messages(obs)  # memory none, JSON mode: exactly this
+        base: Messages = prompt_messages(
+            obs, self.templates
+        )  # memory none, JSON mode: exactly this
         rules = [FIELD_RULE] if self.reasoning == "field" else []
         rules += [TOOLS_RULE] if tools else []
         if rules:
@@ -324,7 +335,7 @@ class LLMAgent(BaseAgent):
         for attempt in range(self.retries + 1):
             if attempt:
                 self.stats["retries"] += 1
-                fix = repair_message(exchange["error"], obs)
+                fix = repair_message(exchange["error"], obs, self.templates)
                 if call is not None:
                     extra += [assistant_tool_message(call), tool_result_message(call.id, fix)]
                 else:
@@ -528,7 +539,7 @@ class LLMAgent(BaseAgent):
         ``llm:openai?model=gpt-4o-mini&base_url=...&retries=1&cache=runs/llm.sqlite``.
 
         Agent parameters (:data:`AGENT_PARAMS`): ``retries``, ``fallback``, ``temperature``,
-        ``max_tokens``, ``send_seed``, ``structured``, ``call_timeout``, ``price_prompt`` and
+        ``max_tokens``, ``send_seed``, ``structured``, ``call_timeout``, ``prompt``, ``persona``, ``price_prompt`` and
         ``price_completion`` (USD per million tokens), ``cache`` (a SQLite path) and
         ``cache_mode``. Everything else goes to the provider's backend (``openai``:
         :class:`~agents.llm.backends.openai_backend.OpenAIBackend`). An unknown parameter raises

@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.llm.prompts import legal_action_schema
+from agents.llm.prompts import action_formats
 from agents.llm.tools import backend_hook
 from market.environment import Observation, quote_untrusted
 
@@ -291,9 +291,12 @@ def _short_action(action: dict[str, Any] | None) -> str:
 
 
 def schema_text(obs: Observation) -> str:
-    """The JSON schema of the legal actions as the prompt shows it."""
-    schema = legal_action_schema(obs.legal_actions, obs.role == "designer")
-    return json.dumps(schema, separators=(",", ":"))
+    """The legal actions' reply format as the first-turn prompt shows it (``user.j2``)."""
+    head = (
+        f'Legal now ({obs.phase} phase): reply {{"action_type": TYPE, ...its fields}} for one TYPE '
+        'below ("?": optional field).'
+    )
+    return "\n".join([head, *action_formats(obs.legal_actions, obs.role == "designer")])
 
 
 def turn_tail(obs: Observation, tools: bool = False, short: bool = False) -> str:
@@ -305,7 +308,7 @@ def turn_tail(obs: Observation, tools: bool = False, short: bool = False) -> str
         return f"{legal} Act by calling one of the functions offered."
     if short:
         return f"{legal}\nReply with one JSON object matching the JSON schema shown earlier."
-    return f"{legal}\nYour reply must be one JSON object matching this JSON schema:\n{schema_text(obs)}"
+    return schema_text(obs)
 
 
 def _usable(history: list[Turn], needs_anchor: bool, needs_text: str | None) -> bool:

@@ -1,17 +1,26 @@
 """What an LLM seat is sent: the system and user messages of a decision, the repair message after
-an unusable reply, and the JSON schema of the action types legal now (sent to the model, and to the
-backend for structured output). :func:`prompt_messages` is the single source of the prompt."""
+an unusable reply, and the JSON schema of the action types legal now (sent to the backend for
+structured output; the prompt shows its compact form, :func:`action_formats`).
+
+:func:`prompt_messages` is the single source of the prompt. It renders the seat's Jinja2 templates
+(:mod:`agents.llm.prompt_templates`) with the rules taught from the observation
+(:mod:`agents.llm.rules`) and the observation cut to fit a small context
+(:mod:`agents.llm.compact`)."""
 
 from __future__ import annotations
 
 import json
+import string
 from functools import lru_cache
 from typing import Annotated, Any, Union
 
 from pydantic import Field, TypeAdapter
 
-from market.core.actions import ACTION_CLASSES, MechanismUpdate
-from market.environment import Observation
+from agents.llm.compact import LIMITS, compact_observation
+from agents.llm.prompt_templates import PromptTemplates, default_templates
+from agents.llm.rules import bid_example, seat_rules
+from market.core.actions import ACTION_CLASSES, Bid, MechanismUpdate, Wait
+from market.environment import UNTRUSTED_RULE, Observation, raw_env
 
 Messages = list[dict[str, str]]
 
@@ -117,70 +126,220 @@ def legal_action_schema(
 
 
 # ---------------------------------------------------------------------------------------------
+# compact action formats (the prompt's view of the schema)
+
+
+def _type_text(prop: dict[str, Any]) -> str:
+    if "const" in prop:
+        return json.dumps(prop["const"])
+    if "enum" in prop:
+        return "|".join(json.dumps(v) for v in prop["enum"])
+    if "anyOf" in prop:
+        return "|".join(_type_text(p) for p in prop["anyOf"])
+    if "$ref" in prop:
+        return "{...}"
+    kind = prop.get("type", "any")
+    if kind == "array":
+        return f"[{_type_text(prop.get('items', {}))},...]"
+    text = {"integer": "int", "number": "num", "string": "str", "boolean": "bool"}.get(kind, kind)
+    low, high = prop.get("minimum"), prop.get("maximum")
+    if high is not None and high >= 1000:  # a sanity bound, not a rule worth tokens
+        high = None
+    if low == 0 and high is None:  # counts and prices are never negative: not worth tokens
+        low = None
+    if low is not None and high is not None:
+        text += f" {low:g}..{high:g}"
+    elif low is not None:
+        text += f">={low:g}"
+    return text
+
+
+#: action types whose docstring the prompt keeps even in a phase with many legal actions (an
+#: offer's price is the total for all its blocks, not a price per block)
+ALWAYS_DESCRIBED = frozenset({"send_offer"})
+#: in a phase with more legal action types than this, only :data:`ALWAYS_DESCRIBED` keep theirs
+MAX_DESCRIBED = 4
+
+
+def _format_line(sub: dict[str, Any], describe: bool = True) -> str:
+    props = sub.get("properties", {})
+    required = set(sub.get("required", []))
+    kind = props.get("action_type", {}).get("const")
+    parts = []
+    for name, prop in props.items():
+        if name in ("reasoning", "action_type"):
+            continue
+        mark = "" if name in required else "?"
+        parts.append(f'"{name}"{mark}:{_type_text(prop)}')
+    line = ("" if kind is None else f"{kind}: ") + "{" + ",".join(parts) + "}"
+    doc = str(sub.get("description", "")).split("\n\n")[0].replace("\n", " ").strip()
+    return f"{line}  {doc}" if doc and describe else line
+
+
+@lru_cache(maxsize=64)
+def _action_formats(kinds: tuple[str, ...], designer: bool) -> tuple[str, ...]:
+    schema = _legal_schema(kinds, designer)[0]
+    defs = schema.get("$defs", {})
+    variants = [
+        defs[o["$ref"].rsplit("/", 1)[-1]] if "$ref" in o else o
+        for o in schema.get("anyOf", [schema])
+    ]
+    lines = []
+    for sub in variants:
+        kind = sub.get("properties", {}).get("action_type", {}).get("const")
+        if kind is None:  # the designer's flat mechanism form
+            continue
+        lines.append(_format_line(sub, len(kinds) <= MAX_DESCRIBED or kind in ALWAYS_DESCRIBED))
+    if designer and "set_mechanism" in kinds and "MechanismUpdate" in defs:
+        fields = _format_line(defs["MechanismUpdate"], describe=False)
+        lines.append(f'"mechanism" of set_mechanism: {fields} (name only the fields to change)')
+    return tuple(lines)
+
+
+def action_formats(legal: list[str] | tuple[str, ...], designer: bool = False) -> list[str]:
+    """One compact line per legal action type: its other fields, e.g.
+    ``accept_offer: {"offer_id":str}`` (``?`` marks an optional field), with the
+    first paragraph of its docstring when at most :data:`MAX_DESCRIBED` types are legal (else only
+    for :data:`ALWAYS_DESCRIBED`): the prompt's short form of :func:`legal_action_schema`."""
+    kinds = tuple(k for k in ACTION_CLASSES if k in set(legal))
+    return list(_action_formats(kinds, designer))
+
+
+# ---------------------------------------------------------------------------------------------
 # prompts
 
 _GOALS = {
-    "bidder": (
-        "You are an AI lab that needs GPU blocks for its jobs. Your reward is the value of the jobs "
-        "you complete by their deadlines minus the credits you pay; invalid actions and talk cost a "
-        "little."
-    ),
+    "bidder": "an AI lab that needs GPU blocks for its jobs",
     "designer": (
-        "You are the market operator and choose the auction mechanism. Your reward combines "
-        "allocative efficiency (welfare), fairness, participation, price stability and revenue."
-    ),
-}
-_PHASE_HINTS = {
-    "design": (
-        'To change the mechanism send {"action_type": "set_mechanism", "mechanism": {...only the '
-        'fields to change...}} (the flat form {"auction_type": "vcg", "reserve_price": 8} is accepted '
-        'too); {"action_type": "wait"} keeps the mechanism in force.'
-    ),
-    "bidding": (
-        "A bid lists one marginal bid per block wanted, highest first (non-increasing), within your "
-        'budget, e.g. {"action_type": "bid", "bids": [30, 25]}; {"action_type": "bid", "bids": []} '
-        "abstains."
-    ),
-    "negotiation": (
-        "Use only seat, offer, job and coalition ids that appear in the observation; "
-        '{"action_type": "wait"} passes.'
+        "the market operator: you set the auction mechanism, rewarded for an efficient, fair, "
+        "well-attended, stable market and for revenue"
     ),
 }
 
-
-def system_message(obs: Observation) -> str:
-    return "\n".join(
-        [
-            f"You play seat {obs.seat} ({obs.role}) in a multi-round GPU capacity market. {_GOALS[obs.role]}",
-            'Rules: reply with ONE JSON object, a single action with an "action_type" field, and nothing '
-            'else: no prose, no code fences. You may add a short "reasoning" string to the object.',
-            f"Legal action types now ({obs.phase} phase): {', '.join(obs.legal_actions)}.",
-            _PHASE_HINTS.get(obs.phase, ""),
-        ]
-    ).strip()
+#: the default size of the first-turn prompt in estimated tokens (:func:`estimate_tokens`): it
+#: leaves room for the chat template and a 512-token reply in a 2,048-token context
+#: (tests/agents/test_llm_prompts.py measures every built-in scenario with SmolLM2's tokenizer)
+PROMPT_TOKEN_BUDGET = 1_450
 
 
-def user_message(obs: Observation) -> str:
-    schema_text = _legal_schema(
-        tuple(k for k in ACTION_CLASSES if k in set(obs.legal_actions)), obs.role == "designer"
-    )[1]
-    return f"{obs.to_prompt()}\n\nYour reply must be one JSON object matching this JSON schema:\n{schema_text}"
+_NO_DIGITS = str.maketrans("", "", string.digits)
+_NO_LETTERS = str.maketrans("", "", string.ascii_letters)
 
 
-def prompt_messages(obs: Observation) -> Messages:
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free estimate of a text's tokens, calibrated on SmolLM2's tokenizer over the
+    prompts of every built-in scenario and rounded up: a digit is a token of its own, an ASCII
+    letter about a third of one, any other character about 0.4 of one (a byte-pair tokenizer's
+    words are 3-4 letters; punctuation in JSON often merges with a quote)."""
+    digits = len(text) - len(text.translate(_NO_DIGITS))
+    letters = len(text) - len(text.translate(_NO_LETTERS))
+    return int(1.2 * digits + 0.32 * letters + 0.4 * (len(text) - digits - letters)) + 1
+
+
+def _context(
+    obs: Observation, templates: PromptTemplates, limit: int | None, error: str = ""
+) -> dict[str, Any]:
+    return {**_base_context(obs, templates, error), **_shown(obs, limit)}
+
+
+def _base_context(obs: Observation, templates: PromptTemplates, error: str = "") -> dict[str, Any]:
+    """The template variables that do not depend on how far the observation is cut."""
+    return {
+        "obs": obs,
+        "seat": obs.seat,
+        "role": obs.role,
+        "phase": obs.phase,
+        "round": obs.round,
+        "rounds_total": obs.rounds_total,
+        "legal_actions": list(obs.legal_actions),
+        "persona": templates.persona,
+        "goal": _GOALS[obs.role],
+        "rules": seat_rules(obs),
+        "trust_rule": UNTRUSTED_RULE,
+        "example": bid_example(obs),
+        "action_formats": action_formats(obs.legal_actions, obs.role == "designer"),
+        "error": error,
+    }
+
+
+def _shown(obs: Observation, limit: int | None) -> dict[str, str]:
+    shown, notes = compact_observation(obs, limit)
+    return {"observation": shown.to_prompt(), "omitted": "; ".join(notes)}
+
+
+def prompt_messages(
+    obs: Observation,
+    templates: PromptTemplates | None = None,
+    *,
+    max_tokens: int | None = PROMPT_TOKEN_BUDGET,
+) -> Messages:
     """The chat messages of one decision's first request: the system and the user message.
 
     The single source of the LLM prompt: ``LLMAgent`` sends it and ``market.train.training_data``
-    renders scripted seats' decisions with it."""
-    return [
-        {"role": "system", "content": system_message(obs)},
-        {"role": "user", "content": user_message(obs)},
-    ]
+    renders scripted seats' decisions with it. ``templates``: the seat's templates and persona
+    (the built-ins when None). The observation's long lists are cut (:mod:`agents.llm.compact`,
+    longest limit first) until system + user text is at most ``max_tokens`` tokens by
+    :func:`estimate_tokens`, or to the shortest form when none fits; ``max_tokens=None`` never
+    cuts."""
+    templates = templates or default_templates()
+    base = _base_context(obs, templates)
+    system_varies = bool({"observation", "omitted"} & templates.variables["system.j2"])
+    system: dict[str, str] = {}
+    user: dict[str, str] = {}
+    for limit in LIMITS if max_tokens is not None else (None,):
+        context = {**base, **_shown(obs, limit)}
+        if system_varies or not system:
+            system = {"role": "system", "content": templates.render("system.j2", context)}
+        user = {"role": "user", "content": templates.render("user.j2", context)}
+        if max_tokens is None:
+            break
+        if estimate_tokens(system["content"]) + estimate_tokens(user["content"]) <= max_tokens:
+            break
+    return [system, user]
 
 
-def repair_message(error: str, obs: Observation) -> str:
-    return (
-        f"That reply could not be used: {error}\n"
-        f"Reply again with ONE JSON object (legal action types now: {', '.join(obs.legal_actions)}) "
-        "and nothing else."
-    )
+def system_message(obs: Observation, templates: PromptTemplates | None = None) -> str:
+    return prompt_messages(obs, templates)[0]["content"]
+
+
+def user_message(obs: Observation, templates: PromptTemplates | None = None) -> str:
+    return prompt_messages(obs, templates)[1]["content"]
+
+
+def repair_message(error: str, obs: Observation, templates: PromptTemplates | None = None) -> str:
+    """The message after an unusable reply: what was wrong, and the legal action types now."""
+    templates = templates or default_templates()
+    context = {**_context(obs, templates, 0), "error": error}
+    return templates.render("repair.j2", context)
+
+
+def load_templates(prompt: str | None = None, persona: str | None = None) -> PromptTemplates:
+    """A seat's templates and persona (``prompt=``/``persona=`` of its spec), checked now: loaded
+    (syntax, file names, variable names) and, when custom, rendered on sample observations, so
+    every template error is a one-line :class:`PromptTemplateError` naming the file and line
+    when the seat is built."""
+    if prompt is None and persona is None:
+        return default_templates()
+    templates = PromptTemplates(prompt, persona)
+    if prompt is not None:
+        for obs in sample_observations():
+            prompt_messages(obs, templates)
+            repair_message("sample error", obs, templates)
+    return templates
+
+
+@lru_cache(maxsize=1)
+def sample_observations() -> tuple[Observation, ...]:
+    """A designer (design) and a bidder (negotiation, bidding) observation from the first round
+    of ``market_round`` (seed 0, every seat waiting or abstaining), to check templates on."""
+    env = raw_env("market_round")
+    env.reset(seed=0)
+    found: dict[tuple[str, str], Observation] = {}
+    for _ in env.agent_iter(max_iter=200):
+        obs, _, term, trunc, _ = env.last()
+        if obs.legal_actions:
+            found.setdefault((obs.role, obs.phase), obs)
+        if len(found) >= 3 or term or trunc:
+            break
+        env.step(Bid(bids=[]) if obs.phase == "bidding" else Wait())
+    return tuple(found.values())

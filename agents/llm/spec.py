@@ -76,6 +76,8 @@ AGENT_PARAM_TYPES: dict[str, Callable[[Any], Any]] = {
     "reasoning": reasoning_mode,
     "reasoning_effort": effort_value,
     "mode": tool_mode,
+    "prompt": optional(str),
+    "persona": optional(str),
 }
 #: every parameter an ``llm:`` spec takes whatever its provider (the backend's come on top)
 AGENT_PARAMS: tuple[str, ...] = (

@@ -70,5 +70,6 @@ __all__ = [
     "rl_parallel_env",
     "seat_rl_observation",
     "translate",
+    "UNTRUSTED_RULE",
     "vector_size",
 ]

@@ -19,7 +19,7 @@ from agents.llm.backends.openai_backend import OpenAIBackend
 from agents.llm.backends.pool import Budget
 from agents.llm.cache import CachedBackend, cache_key
 from agents.llm.parsing import extract_json
-from agents.llm.prompts import legal_action_schema
+from agents.llm.prompts import action_formats, legal_action_schema
 from agents.registry import AgentSpecError, make_agent
 from agents.scripted import truthful_bid
 from market.bench.fake_openai_server import FakeOpenAIServer, Reply
@@ -199,12 +199,12 @@ def test_prompt_and_request() -> None:
     assert agent.act(obs) == Wait()
     messages, schema, params = stub.calls[0]
     assert [m["role"] for m in messages] == ["system", "user"]
-    assert (
-        "ONE JSON object" in messages[0]["content"]
-        and "bid, allocate_to_job, wait, finish" in messages[0]["content"]
-    )
+    assert "ONE JSON action object" in messages[0]["content"]
     assert messages[1]["content"].startswith(obs.to_prompt())
-    assert json.dumps(schema, separators=(",", ":")) in messages[1]["content"]
+    # the prompt shows the compact form of the legal actions; the full schema goes to the backend
+    for line in action_formats(obs.legal_actions):
+        assert line in messages[1]["content"]
+    assert "bid: {" in messages[1]["content"] and "send_offer" not in messages[1]["content"]
     assert schema is legal_action_schema(obs.legal_actions)
     assert params == {"temperature": 0.2, "max_tokens": 99, "seed": 11}
     assert LLMAgent(stub, structured=False).act(obs) == Wait() and stub.calls[-1][1] is None
