@@ -13,6 +13,7 @@ import numpy as np
 
 from agents.base import BaseAgent
 from market.core.actions import (
+    DAEDALUS_PENALTY_MAX,
     AcceptOffer,
     ActionModel,
     AllocateToJob,
@@ -28,7 +29,7 @@ from market.core.actions import (
     SetMechanism,
     Wait,
 )
-from market.core.mechanisms import AUCTION_TYPES, COALITION_POLICIES
+from market.core.mechanisms import AUCTION_TYPES, COALITION_POLICIES, DAEDALUS_AUCTION_TYPES
 from market.environment import Observation, affordable, marginal_values
 
 WAIT = Wait()
@@ -155,10 +156,7 @@ class FixedDesigner(BaseAgent):
         return WAIT
 
 
-#: DAEDALUS's mechanism space: its three auction types (fair_share and posted_price are ours)
-DAEDALUS_AUCTIONS = ("first_price", "second_price", "vcg")
-DAEDALUS_RESERVE_MAX = 0.9  # its reserve range is [0, 0.9] on the normalised value scale
-DAEDALUS_PENALTY_MAX = 3.0  # its penalties range over [0, 3]
+DAEDALUS_RESERVE_MAX = 0.9  # DAEDALUS's reserve range is [0, 0.9] on its normalised value scale
 REVEAL_FLAGS = (
     "reveal_reserve",
     "reveal_competing_bids",
@@ -176,7 +174,7 @@ def random_daedalus_mechanism(rng: np.random.Generator) -> dict[str, object]:
     """
     mech: dict[str, object] = {
         "units": "daedalus",
-        "auction_type": str(rng.choice(DAEDALUS_AUCTIONS)),
+        "auction_type": str(rng.choice(DAEDALUS_AUCTION_TYPES)),
         "reserve_price": round(float(rng.uniform(0.0, DAEDALUS_RESERVE_MAX)), 4),
     }
     for flag in REVEAL_FLAGS:

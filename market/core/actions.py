@@ -21,7 +21,12 @@ from pydantic import (
     field_validator,
 )
 
-from market.core.mechanisms import AuctionType, CoalitionPolicy, Mechanism
+from market.core.mechanisms import (
+    DAEDALUS_AUCTION_TYPES,
+    AuctionType,
+    CoalitionPolicy,
+    Mechanism,
+)
 
 OfferSide = Literal["sell", "buy"]  # what the sender of an offer does
 CoalitionSplit = Literal["proportional", "equal"]  # how a coalition shares its blocks
@@ -113,7 +118,7 @@ class MechanismUpdate(BaseModel):
             and 0.0 < self.reserve_price < 1.0
             and all(p is not None and p <= DAEDALUS_PENALTY_MAX for p in penalties)
             and self.judge_pool_share is None
-            and self.auction_type in (None, "first_price", "second_price", "vcg")
+            and (self.auction_type is None or self.auction_type in DAEDALUS_AUCTION_TYPES)
         )
 
     def in_credits(self, value_scale: float) -> tuple[MechanismUpdate, dict[str, list[float]]]:
