@@ -20,6 +20,7 @@ from agents.llm.agent import make_llm_agent
 from agents.llm.spec import unknown_parameter_message
 from agents.population import (
     ColluderBidder,
+    DaedalusRobustDesigner,
     DropoutBidder,
     ExploiterBidder,
     GreedyHoarder,
@@ -61,6 +62,7 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
         NoNegotiationBidder,
         RuleExpert,
         RuleDesigner,
+        DaedalusRobustDesigner,
     )
 }
 # agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not

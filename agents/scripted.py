@@ -9,8 +9,11 @@ scenario's mechanism).
 
 from __future__ import annotations
 
+import numpy as np
+
 from agents.base import BaseAgent
 from market.core.actions import (
+    DAEDALUS_PENALTY_MAX,
     AcceptOffer,
     ActionModel,
     AllocateToJob,
@@ -26,7 +29,7 @@ from market.core.actions import (
     SetMechanism,
     Wait,
 )
-from market.core.mechanisms import AUCTION_TYPES, COALITION_POLICIES
+from market.core.mechanisms import AUCTION_TYPES, COALITION_POLICIES, DAEDALUS_AUCTION_TYPES
 from market.environment import Observation, affordable, marginal_values
 
 WAIT = Wait()
@@ -153,14 +156,57 @@ class FixedDesigner(BaseAgent):
         return WAIT
 
 
+DAEDALUS_RESERVE_MAX = 0.9  # DAEDALUS's reserve range is [0, 0.9] on its normalised value scale
+REVEAL_FLAGS = (
+    "reveal_reserve",
+    "reveal_competing_bids",
+    "reveal_winner_identity",
+    "reveal_clearing_price",
+    "reveal_bid_distribution",
+)
+
+
+def random_daedalus_mechanism(rng: np.random.Generator) -> dict[str, object]:
+    """A mechanism drawn uniformly from DAEDALUS's action space, in DAEDALUS units.
+
+    Auction type uniform over first_price, second_price and vcg; reserve ``U[0, 0.9]``; each
+    reveal flag a fair coin; each penalty ``U[0, 3]``; coalition policy uniform over the four.
+    """
+    mech: dict[str, object] = {
+        "units": "daedalus",
+        "auction_type": str(rng.choice(DAEDALUS_AUCTION_TYPES)),
+        "reserve_price": round(float(rng.uniform(0.0, DAEDALUS_RESERVE_MAX)), 4),
+    }
+    for flag in REVEAL_FLAGS:
+        mech[flag] = bool(rng.random() < 0.5)
+    for name in ("shill_penalty", "withdrawal_penalty", "collusion_penalty"):
+        mech[name] = round(float(rng.uniform(0.0, DAEDALUS_PENALTY_MAX)), 4)
+    mech["coalition_policy"] = str(rng.choice(COALITION_POLICIES))
+    return mech
+
+
 class RandomDesigner(BaseAgent):
-    """A uniformly random mechanism every time it acts (the DAEDALUS random baseline)."""
+    """A uniformly random mechanism every time it acts.
+
+    ``space="gpumarket"`` (default) draws from this market's space in credits (every auction
+    type, reserve ``U[0, 30]``, penalties ``U[0, 20]``, judge pool share ``U[0, 0.3]``);
+    ``space="daedalus"`` draws from DAEDALUS's space in its own units
+    (:func:`random_daedalus_mechanism`: the DAEDALUS uniform-random baseline).
+    """
 
     name = "random"
     roles = frozenset({"designer"})
 
+    def __init__(self, space: str = "gpumarket") -> None:
+        super().__init__()
+        if space not in ("gpumarket", "daedalus"):
+            raise ValueError(f"space must be 'gpumarket' or 'daedalus', got {space!r}")
+        self.space = space
+
     def act(self, obs: Observation) -> ActionModel:
         rng = self.rng
+        if self.space == "daedalus":
+            return SetMechanism.model_validate({"mechanism": random_daedalus_mechanism(rng)})
         return SetMechanism.model_validate(
             {
                 "mechanism": {

@@ -200,6 +200,15 @@ class Scenario(_Strict):
         True, description="Whether designer_0 is a seat; otherwise `mechanism` applies throughout."
     )
     mechanism_every: Literal["round", "episode"] = "round"
+    rounds_per_design: int = Field(
+        1,
+        ge=1,
+        le=10000,
+        description=(
+            "With mechanism_every = 'round': the designer acts in rounds 0, k, 2k, ... and the "
+            "mechanism it sets holds for the k market rounds of that design step."
+        ),
+    )
     labs: LabsSpec = LabsSpec()
     jobs: JobsSpec = JobsSpec()
     capacity: CapacitySpec = CapacitySpec()

@@ -50,6 +50,8 @@ from agents.population.common import (
     unit_limit,
 )
 from agents.population.designers import (
+    DAEDALUS_ROBUST,
+    DaedalusRobustDesigner,
     RuleDesigner,
 )
 from agents.population.expert import (
@@ -91,6 +93,8 @@ __all__ = [
     "POPULATION",
     "Plan",
     "RuleDesigner",
+    "DaedalusRobustDesigner",
+    "DAEDALUS_ROBUST",
     "RuleExpert",
     "ShaderBidder",
     "StatefulAgent",

@@ -1,8 +1,10 @@
-"""The rule-based designer (``rule_designer``): adapts the mechanism to the market signals in
-its ``designer_stats``."""
+"""The rule-based designer (``rule_designer``), which adapts the mechanism to the market signals
+in its ``designer_stats``, and ``daedalus_robust``, which plays DAEDALUS's published robust
+mechanism in DAEDALUS's own units."""
 
 from __future__ import annotations
 
+from agents.base import BaseAgent
 from agents.population.common import StatefulAgent
 from agents.scripted import WAIT
 from market.core.actions import ActionModel, SetMechanism
@@ -92,3 +94,40 @@ class RuleDesigner(StatefulAgent):
         if not update:
             return WAIT
         return SetMechanism.model_validate({"mechanism": update})
+
+
+# ------------------------------------------------------------------------------------------
+# DAEDALUS's robust mechanism
+# ------------------------------------------------------------------------------------------
+
+#: The robust mechanism of DAEDALUS's model card, in DAEDALUS units (``units = "daedalus"``:
+#: reserve 0.18 of the highest value per block). The card shows the auction type, the reserve
+#: and four reveal flags; the fields it does not show take DAEDALUS's action defaults
+#: (reveal_bid_distribution false, no penalties, coalitions allowed).
+DAEDALUS_ROBUST: dict[str, object] = {
+    "units": "daedalus",
+    "auction_type": "second_price",
+    "reserve_price": 0.18,
+    "reveal_reserve": False,
+    "reveal_competing_bids": False,
+    "reveal_winner_identity": True,
+    "reveal_clearing_price": True,
+    "reveal_bid_distribution": False,
+    "shill_penalty": 0.0,
+    "withdrawal_penalty": 0.0,
+    "collusion_penalty": 0.0,
+    "coalition_policy": "allow",
+}
+
+
+class DaedalusRobustDesigner(BaseAgent):
+    """Sends :data:`DAEDALUS_ROBUST` at every design turn, as DAEDALUS's designer re-sends its
+    mechanism at every step; the environment converts it to credits."""
+
+    name = "daedalus_robust"
+    roles = frozenset({"designer"})
+
+    def act(self, obs: Observation) -> ActionModel:
+        if obs.phase != "design":
+            return WAIT
+        return SetMechanism.model_validate({"mechanism": DAEDALUS_ROBUST})

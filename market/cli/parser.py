@@ -214,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
         "type's gain from deviating to its best alternative built-in strategy; "
         "written to OUT/mechanisms.{csv,md,html}. Resumable like run. With "
         "--expert-matrix: rule_expert minus every scripted bidder of the population "
-        "in every built-in scenario, paired on the same seeds (mean +/- 95% CI), "
+        "in every built-in scenario but the daedalus family, paired on the same seeds "
+        "(mean +/- 95% CI), "
         "written to OUT/expert_matrix.{csv,md}.",
     )
     ev.add_argument(
@@ -230,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="S1,S2,...",
         help="built-in names or TOML paths (default: the three GPU-arena tasks; with "
-        "--expert-matrix: every built-in scenario)",
+        "--expert-matrix: every built-in scenario but the daedalus family)",
     )
     ev.add_argument(
         "--seat", default="bidder_0", help="the seat the agents take (default: bidder_0)"
@@ -285,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--expert-matrix",
         action="store_true",
-        help="rule_expert against every scripted bidder in every built-in scenario",
+        help="rule_expert against every scripted bidder in every built-in scenario but the "
+        "daedalus family",
     )
     add_leaderboard_arguments(ev)
     add_backend(ev)

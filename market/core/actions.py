@@ -21,7 +21,12 @@ from pydantic import (
     field_validator,
 )
 
-from market.core.mechanisms import AuctionType, CoalitionPolicy, Mechanism
+from market.core.mechanisms import (
+    DAEDALUS_AUCTION_TYPES,
+    AuctionType,
+    CoalitionPolicy,
+    Mechanism,
+)
 
 OfferSide = Literal["sell", "buy"]  # what the sender of an offer does
 CoalitionSplit = Literal["proportional", "equal"]  # how a coalition shares its blocks
@@ -53,10 +58,34 @@ class _Action(BaseModel):
         action_type: str
 
 
+MechanismUnits = Literal["credits", "daedalus"]
+#: the mechanism fields that are amounts of money (credits per block, or credits per breach)
+MONEY_FIELDS = ("reserve_price", "shill_penalty", "withdrawal_penalty", "collusion_penalty")
+#: DAEDALUS's penalty range: its designer sends every penalty in [0, 3]
+DAEDALUS_PENALTY_MAX = 3.0
+
+
 class MechanismUpdate(BaseModel):
-    """Mechanism fields to change; omitted fields keep the mechanism in force."""
+    """Mechanism fields to change; omitted fields keep the mechanism in force.
+
+    Units. Money fields (:data:`MONEY_FIELDS`) are credits unless ``units`` is ``"daedalus"``:
+    then they are on DAEDALUS's normalised value scale, where a bidder's private value lies in
+    [0, 1] and 1 is the highest value a bidder can hold. The conversion is a ratio-scale
+    (linear, zero-preserving) change of unit: ``credits = v * V``, with ``V`` the scenario's
+    highest private value per block, ``jobs.value_per_block[1]`` (45 credits in the built-in
+    scenarios, so DAEDALUS's reserve 0.18 is 8.1 credits per block). ``V`` is the top of the
+    value range because that is what 1 means on the normalised scale; the map fixes 0 so "no
+    reserve" stays no reserve, and it keeps every ratio of reserve to value, which is what
+    decides who clears a reserve. See :meth:`in_credits`.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    units: MechanismUnits | None = Field(
+        None,
+        description="Unit of reserve_price and the penalties: 'credits' (default) or 'daedalus' "
+        "(DAEDALUS's normalised value scale, 1 = the highest value per block; converted to "
+        "credits by multiplying by the scenario's jobs.value_per_block high end).",
+    )
     auction_type: AuctionType | None = None
     reserve_price: float | None = Field(None, ge=0.0, le=1e9)
     reveal_reserve: bool | None = None
@@ -71,7 +100,60 @@ class MechanismUpdate(BaseModel):
     judge_pool_share: float | None = Field(None, ge=0.0, le=1.0)
 
     def apply_to(self, current: Mechanism) -> Mechanism:
-        return current.model_copy(update=self.model_dump(exclude_none=True))
+        """``current`` with this update's fields; money fields must already be in credits."""
+        return current.model_copy(update=self.model_dump(exclude_none=True, exclude={"units"}))
+
+    def daedalus_signature(self) -> bool:
+        """Whether this update, sent without ``units``, looks like a DAEDALUS designer's JSON.
+
+        The signature: no ``units``, a reserve strictly between 0 and 1 credit (meaningless here,
+        where values are tens of credits per block), all three penalties given, each within
+        DAEDALUS's range [0, 3], no ``judge_pool_share`` (a field DAEDALUS lacks), and an auction
+        type DAEDALUS knows (first_price, second_price or vcg) if one is given.
+        """
+        penalties = (self.shill_penalty, self.withdrawal_penalty, self.collusion_penalty)
+        return (
+            self.units is None
+            and self.reserve_price is not None
+            and 0.0 < self.reserve_price < 1.0
+            and all(p is not None and p <= DAEDALUS_PENALTY_MAX for p in penalties)
+            and self.judge_pool_share is None
+            and (self.auction_type is None or self.auction_type in DAEDALUS_AUCTION_TYPES)
+        )
+
+    def in_credits(self, value_scale: float) -> tuple[MechanismUpdate, dict[str, list[float]]]:
+        """This update with its money fields in credits, and ``{field: [sent, credits]}`` for
+        each field converted (empty unless ``units == "daedalus"``).
+
+        ``value_scale`` is ``V`` of the class docstring. Raises :class:`ActionParseError` for a
+        bare DAEDALUS JSON (:meth:`daedalus_signature`) or a normalised reserve above 1.
+        """
+        if self.daedalus_signature():
+            reserve = float(self.reserve_price or 0.0)
+            raise ActionParseError(
+                f"reserve_price {reserve:g} with DAEDALUS-range penalties and no 'units' looks like "
+                "DAEDALUS's normalised value scale, but reserves here are credits per block; add "
+                f'"units": "daedalus" to convert ({reserve:g} -> {reserve * value_scale:.2f} '
+                f'credits on this scenario\'s value scale of {value_scale:g}), or "units": '
+                '"credits" if you mean credits'
+            )
+        if self.units != "daedalus":
+            return self.model_copy(update={"units": None}), {}
+        if self.reserve_price is not None and self.reserve_price > 1.0:
+            raise ActionParseError(
+                f"reserve_price {self.reserve_price:g} is above 1 on DAEDALUS's normalised value "
+                "scale (1 = the highest value a bidder can hold); send a value in [0, 1] or use "
+                '"units": "credits"'
+            )
+        converted: dict[str, list[float]] = {}
+        update: dict[str, object] = {"units": None}
+        for name in MONEY_FIELDS:
+            sent = getattr(self, name)
+            if sent is not None:
+                credits = round(float(sent) * value_scale, 6)
+                converted[name] = [float(sent), credits]
+                update[name] = credits
+        return self.model_copy(update=update), converted
 
 
 class SetMechanism(_Action):

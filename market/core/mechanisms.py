@@ -23,6 +23,9 @@ AuctionType = Literal["first_price", "second_price", "vcg", "fair_share", "poste
 CoalitionPolicy = Literal["allow", "restrict", "penalize_suspected", "penalize_confirmed"]
 AUCTION_TYPES: tuple[AuctionType, ...] = get_args(AuctionType)
 COALITION_POLICIES: tuple[CoalitionPolicy, ...] = get_args(CoalitionPolicy)
+#: the auction types DAEDALUS's designer can choose: first_price, second_price and vcg (the first
+#: three of AuctionType; fair_share and posted_price are this market's own)
+DAEDALUS_AUCTION_TYPES: tuple[AuctionType, ...] = AUCTION_TYPES[:3]
 
 
 class Mechanism(BaseModel):

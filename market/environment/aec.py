@@ -243,7 +243,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             if lab.active:
                 execution.activate_jobs(lab.jobs, r)
         active = [lab.seat for lab in world.labs if lab.active]
-        designs = sc.designer_seat and (sc.mechanism_every == "round" or r == 0)
+        every = sc.rounds_per_design if sc.mechanism_every == "round" else sc.rounds
+        designs = sc.designer_seat and r % every == 0
         self.schedule: list[tuple[str, str]] = round_schedule(designs, sc.negotiation_turns, active)
         self.turn = 0
         self._skip_to_live()
@@ -282,8 +283,18 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
     def _apply(self, agent: str, act: ActionModel) -> dict[str, object]:
         if agent == DESIGNER:
             if isinstance(act, actions.SetMechanism):
-                self.mechanism = act.mechanism.apply_to(self.mechanism)
-                return {"mechanism": self.mechanism.model_dump()}
+                # DAEDALUS units: 1 = the highest private value per block (MechanismUpdate)
+                scale = self.scenario.jobs.value_per_block[1]
+                update, converted = act.mechanism.in_credits(scale)
+                self.mechanism = update.apply_to(self.mechanism)
+                if not converted:
+                    return {"mechanism": self.mechanism.model_dump()}
+                return {
+                    "mechanism": self.mechanism.model_dump(),
+                    "units": "daedalus",
+                    "value_scale": scale,
+                    "converted": converted,
+                }
             return {}
         me = lab_index(agent)
         world, now, rounds = self.world, self.round, self.scenario.rounds

@@ -51,9 +51,21 @@ def population(expert: str = EXPERT) -> list[str]:
     ]
 
 
+#: built-ins the default matrix leaves out: the DAEDALUS parity family benchmarks designers
+#: against DAEDALUS's fixed bidder population with sealed bids only (no negotiation turn), so a
+#: bidder's planning, negotiation and coalitions have nothing to act on there
+#: (docs/running.md gives rule_expert's measured cells on it)
+DESIGNER_BENCHMARKS = tuple(f"daedalus_stage_{k}" for k in range(5))
+
+
 def bidder_scenarios(seat: str = SEAT) -> list[str]:
     """The built-in scenarios that have ``seat``."""
     return [name for name in builtin_names() if seat in default_seats(load_scenario(name))]
+
+
+def matrix_scenarios(seat: str = SEAT) -> list[str]:
+    """The default matrix: :func:`bidder_scenarios` but the :data:`DESIGNER_BENCHMARKS`."""
+    return [name for name in bidder_scenarios(seat) if name not in DESIGNER_BENCHMARKS]
 
 
 @dataclass
@@ -220,7 +232,7 @@ def expert_matrix(
     """Play ``expert`` and every member in ``seat`` of every scenario over ``seeds``.
 
     ``members``: default :func:`population`; ``scenarios``: default every built-in scenario
-    with the seat. ``workers``: processes (default: every core; 1 plays in this process). With
+    with the seat but the DAEDALUS parity family (:func:`matrix_scenarios`). ``workers``: processes (default: every core; 1 plays in this process). With
     ``out_dir``, writes ``expert_matrix.csv`` and ``expert_matrix.md`` there. Raises
     :class:`~market.runner.RunConfigError` for an unknown agent, scenario or seat.
     """
@@ -236,7 +248,7 @@ def expert_matrix(
     if not members:
         raise RunConfigError("no members to compare the expert with: give at least one agent")
     loaded: list[Scenario] = []
-    for spec in bidder_scenarios(seat) if scenarios is None else scenarios:
+    for spec in matrix_scenarios(seat) if scenarios is None else scenarios:
         try:
             sc = load_scenario(spec)
         except ValueError as exc:  # ScenarioError names the file, key and problem
@@ -321,9 +333,11 @@ def _run(
 __all__ = [
     "BASELINE",
     "DEFAULT_SEEDS",
+    "DESIGNER_BENCHMARKS",
     "EXPERT",
     "ExpertMatrix",
     "bidder_scenarios",
     "expert_matrix",
+    "matrix_scenarios",
     "population",
 ]

@@ -42,6 +42,16 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "posted_price": ("fixed", {**ROBUST, "auction_type": "posted_price", "reserve_price": 20.0}),
     "random": ("random", None),
 }
+#: DAEDALUS parity designers (docs/scenarios.md, "DAEDALUS parity"), not run by default: the card's
+#: robust mechanism sent in DAEDALUS units, the uniform-random designer over DAEDALUS's mechanism
+#: space, and the rule designer
+PARITY_CANDIDATES: dict[str, tuple[str, dict[str, Any] | None]] = {
+    "daedalus_robust": ("daedalus_robust", None),
+    "daedalus_random": ("random?space=daedalus", None),
+    "rule_designer": ("rule_designer", None),
+}
+#: designers that need the scenario's designer seat
+_DESIGNER_ONLY = frozenset({"random", *PARITY_CANDIDATES})
 #: built-in bidder strategies a bidder type may deviate to
 ALTERNATIVES = (
     "truthful",
@@ -322,17 +332,19 @@ def evaluate_mechanisms(
     """
     seeds = list(seeds)
     sc = load_scenario(scenario)
+    table = {**CANDIDATES, **PARITY_CANDIDATES}
     names = list(candidates or CANDIDATES)
-    unknown = [n for n in names if n not in CANDIDATES]
+    unknown = [n for n in names if n not in table]
     if unknown:
         raise RunConfigError(
-            f"unknown mechanism(s) {', '.join(unknown)}; choose from {', '.join(CANDIDATES)}"
+            f"unknown mechanism(s) {', '.join(unknown)}; choose from {', '.join(table)}"
         )
     alts = list(alternatives or ALTERNATIVES)
     notes = []
-    if not sc.designer_seat and "random" in names:
-        names.remove("random")
-        notes.append(f"{sc.name} has no designer seat: the random designer was left out")
+    dropped = [n for n in names if n in _DESIGNER_ONLY] if not sc.designer_seat else []
+    for n in dropped:
+        names.remove(n)
+        notes.append(f"{sc.name} has no designer seat: the {n} designer was left out")
     if not names:
         raise RunConfigError("no mechanism left to compare")
     base_seats = check_seats(sc, None)
@@ -344,7 +356,7 @@ def evaluate_mechanisms(
     base: dict[str, RunFolder] = {}
     devs: dict[tuple[str, str, str], RunFolder] = {}
     for m in names:
-        designer, overrides = CANDIDATES[m]
+        designer, overrides = table[m]
         msc = _with_mechanism(sc, overrides)
         seats = {DESIGNER: designer} if sc.designer_seat else {}
         base[m] = open_folder(msc, seeds, seats, out / m / "base", False, fresh, 1, agent_timeout)
@@ -424,6 +436,7 @@ __all__ = [
     "ALTERNATIVES",
     "CANDIDATES",
     "METRICS",
+    "PARITY_CANDIDATES",
     "ROBUST",
     "Deviation",
     "MechanismReport",

@@ -310,3 +310,26 @@ def test_schema_guide_on_action_schemas() -> None:
     text = '{"a": "}{", "b": [1, {"c": 2}]} trailing {}'
     assert json_object_end(text) == text.index(" trailing")
     assert json_object_end('{"a": "\\"}"') is None
+
+
+@real_model
+def test_llama_server_designer_on_the_daedalus_family(
+    llama: LlamaServer, record_property: Any
+) -> None:
+    """An LLM designer on llama.cpp in daedalus_stage_0 (two design steps of 5 rounds): it is
+    asked only at the start of each step, and the schema it is shown names the units field."""
+    designer = llama_agent(llama)
+    sc = load_scenario("daedalus_stage_0", rounds=6)  # design steps start in rounds 0 and 5
+    result = run_episode(sc, seed=0, seats={"designer_0": designer}, agent_timeout=900.0)
+    assert len(result.round_log) == 6
+    # every decision is a parsed action or a counted fallback that says why (a slow CPU server
+    # may time a request out: that is counted, not hidden)
+    summary = check_llm_seat(result, "designer_0", designer)
+    assert summary["requests"] >= 2, server_failure(llama, designer)
+    assert [(ex["round"], ex["phase"]) for ex in designer.exchanges] == [
+        (0, "design"),
+        (5, "design"),
+    ]
+    prompt = " ".join(str(m.get("content", "")) for m in designer.exchanges[0]["messages"])
+    assert '"units"' in prompt and "daedalus" in prompt
+    record_property("summary", summary)

@@ -17,7 +17,15 @@ from scenarios import builtin_names, load_scenario
 from scenarios.schema import SHOCK_KINDS
 
 STAGES = [f"mechanism_stage_{k}" for k in range(5)]
-NEW = [*STAGES, "shock_storm", "large_market"]
+DAEDALUS = [f"daedalus_stage_{k}" for k in range(5)]
+NEW = [*STAGES, *DAEDALUS, "shock_storm", "large_market"]
+#: DAEDALUS's own curriculum: the seats (its agent positions) each stage turns strategic
+DAEDALUS_SEATS = {
+    1: ("shader", (2, 3)),
+    2: ("dropout", (1, 6)),
+    3: ("colluder", (4, 5)),
+    4: ("exploiter", (0, 7)),
+}
 #: the DAEDALUS curriculum: each stage swaps two more truthful bidders for the next type
 SWAPS = ("shader", "dropout", "colluder", "exploiter")
 
@@ -49,18 +57,46 @@ def test_curriculum_composition(stage: int) -> None:
         assert all(before[i] == "truthful" and bidders[i] == SWAPS[stage - 1] for i in changed)
 
 
+@pytest.mark.parametrize("stage", range(5))
+def test_daedalus_family_composition(stage: int) -> None:
+    sc = load_scenario(f"daedalus_stage_{stage}")
+    seats = default_seats(sc)
+    types = [seats[f"bidder_{i}"].partition("?")[0] for i in range(8)]
+    expected = ["truthful"] * 8
+    for k in range(1, stage + 1):
+        kind, where = DAEDALUS_SEATS[k]
+        for i in where:
+            expected[i] = kind
+    assert types == expected
+    assert sc.labs.count == 8 and sc.rounds_per_design == 5 and sc.rounds % 5 == 0
+    assert sc.negotiation_turns == 0 and seats["designer_0"] == "fixed"
+    # the cartel's members name each other: no negotiation turn to find partners in
+    if stage >= 3:
+        assert seats["bidder_4"] == "colluder?partners=bidder_5"
+        assert seats["bidder_5"] == "colluder?partners=bidder_4"
+    # the designer's reward is the unweighted composite welfare x fairness x participation x stability
+    assert sc.rewards.designer_weights == dict.fromkeys(
+        ("welfare_ratio", "fairness", "participation", "stability"), 1.0
+    )
+    assert sc.rewards.designer_revenue_weight == 0.0
+    # DAEDALUS's default mechanism in credits: reserve 0.10 x the value scale of 45
+    assert sc.mechanism.reserve_price == pytest.approx(0.10 * sc.jobs.value_per_block[1])
+
+
 def test_stages_extend_one_base_and_differ_only_in_their_bidders() -> None:
     assert "extends" not in raw_table("mechanism_stage_0")
+    assert "extends" not in raw_table("daedalus_stage_0")
     own = ("name", "description", "agents")
 
     def shared(name: str) -> dict:
         return {k: v for k, v in load_scenario(name).model_dump().items() if k not in own}
 
-    for name in STAGES[1:]:
-        table = raw_table(name)
-        assert table["extends"] == "mechanism_stage_0"
-        assert set(table) <= {"extends", "description", "agents"}
-        assert shared(name) == shared("mechanism_stage_0")
+    for family in (STAGES, DAEDALUS):
+        for name in family[1:]:
+            table = raw_table(name)
+            assert table["extends"] == family[0]
+            assert set(table) <= {"extends", "description", "agents"}
+            assert shared(name) == shared(family[0])
 
 
 def test_curriculum_mechanism_is_the_robust_fixed_mechanism() -> None:
