@@ -19,6 +19,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from market.core.mechanisms import AuctionType, CoalitionPolicy, Mechanism
@@ -226,6 +227,80 @@ class Bid(_Action):
         return v
 
 
+BLOCK_ID_HELP = (
+    "block ids here are 'r<round>' (a lab's blocks of one round are interchangeable, so an id "
+    "names the round; repeat it for several blocks), e.g. ['r3', 'r3']"
+)
+
+
+def block_rounds(block_ids: list[str]) -> list[int]:
+    """The delivery round of each block id (``'r3'`` -> 3); raises ``ValueError`` naming a bad id."""
+    rounds = []
+    for k, bid in enumerate(block_ids):
+        text = str(bid).strip()
+        if not (text[:1] in ("r", "R") and text[1:].isdigit()):
+            raise ValueError(f"block id {bid!r} (entry {k}) is not one of ours; {BLOCK_ID_HELP}")
+        rounds.append(int(text[1:]))
+    return rounds
+
+
+class _Capacity(_Action):
+    """Shared fields of reserve_capacity and release_capacity: which blocks."""
+
+    blocks: int = Field(1, ge=1, le=1_000_000, description="How many blocks of `round`.")
+    round: int | None = Field(
+        None, ge=0, description="Absolute round of the blocks; default: the current round."
+    )
+    block_ids: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=10_000,
+        description="Instead of blocks/round: one id per block, 'r<round>' (e.g. ['r3', 'r3', 'r4']).",
+    )
+
+    def requested(self, now: int) -> list[tuple[str, int]]:
+        """One (label, round) per block asked for, in the order given (labels name blocks in errors)."""
+        if self.block_ids is not None:
+            return [
+                (str(b), r)
+                for b, r in zip(self.block_ids, block_rounds(self.block_ids), strict=True)
+            ]
+        r = now if self.round is None else self.round
+        return [(f"r{r}", r)] * self.blocks
+
+    @field_validator("block_ids")
+    @classmethod
+    def _ids(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            block_rounds(v)
+        return v
+
+    @model_validator(mode="after")
+    def _one_form(self) -> _Capacity:
+        if self.block_ids is not None and {"blocks", "round"} & self.model_fields_set:
+            raise ValueError("give either block_ids or blocks/round, not both")
+        return self
+
+
+class ReserveCapacity(_Capacity):
+    """Reserve blocks you own for your own jobs (all of them or none).
+
+    Reserved blocks cannot be sold, offered or used to accept an offer until released; with
+    ``job_id`` they run that job first when their round executes.
+    """
+
+    action_type: Literal["reserve_capacity"] = "reserve_capacity"
+    job_id: str | None = Field(
+        None, description="Optional: the live job the reserved blocks run first."
+    )
+
+
+class ReleaseCapacity(_Capacity):
+    """Release reserved blocks (all of them or none): they can be sold and offered again."""
+
+    action_type: Literal["release_capacity"] = "release_capacity"
+
+
 class Wait(_Action):
     action_type: Literal["wait"] = "wait"
 
@@ -250,6 +325,8 @@ Action = Annotated[
     | CounterPitch
     | AllocateToJob
     | Bid
+    | ReserveCapacity
+    | ReleaseCapacity
     | Wait
     | Finish,
     Field(discriminator="action_type"),
@@ -270,6 +347,8 @@ ACTION_CLASSES: dict[str, type[_Action]] = {
         CounterPitch,
         AllocateToJob,
         Bid,
+        ReserveCapacity,
+        ReleaseCapacity,
         Wait,
         Finish,
     )
