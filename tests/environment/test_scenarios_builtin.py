@@ -17,7 +17,11 @@ from scenarios import builtin_names, load_scenario
 from scenarios.schema import SHOCK_KINDS
 
 STAGES = [f"mechanism_stage_{k}" for k in range(5)]
-ARENA = [f"{t}_{d}" for t in ("single_trade", "market_round", "coalition_market") for d in ("easy", "medium", "hard")]
+ARENA = [
+    f"{t}_{d}"
+    for t in ("single_trade", "market_round", "coalition_market")
+    for d in ("easy", "medium", "hard")
+]
 NEW = [*STAGES, "shock_storm", "large_market", *ARENA]
 #: the DAEDALUS curriculum: each stage swaps two more truthful bidders for the next type
 SWAPS = ("shader", "dropout", "colluder", "exploiter")
