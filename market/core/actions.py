@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -22,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from market.core.arena import arena_payload, block_rounds, seat_alias, seats_alias
 from market.core.mechanisms import AuctionType, CoalitionPolicy, Mechanism
 
 OfferSide = Literal["sell", "buy"]  # what the sender of an offer does
@@ -38,6 +41,13 @@ def _clip_text(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_clip_text)]
+Seat = Annotated[str, BeforeValidator(seat_alias)]  # also the arena's lab_<i> or a lab index
+Conditions = dict[str, JsonValue] | None
+
+
+def _alias(*names: str) -> AliasChoices:
+    """Our field name first (the schema shows it), then the GPU-arena's (market/core/arena.py)."""
+    return AliasChoices(*names)
 
 
 class _Action(BaseModel):
@@ -52,6 +62,12 @@ class _Action(BaseModel):
 
     if TYPE_CHECKING:  # every concrete action declares it as a Literal field with its one value
         action_type: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arena(cls, data: object) -> object:
+        """GPU-arena payloads: null arena fields dropped, block id lists turned into counts."""
+        return arena_payload(data)
 
 
 class MechanismUpdate(BaseModel):
@@ -91,10 +107,10 @@ class SendOffer(_Action):
     """
 
     action_type: Literal["send_offer"] = "send_offer"
-    to: str
+    to: Seat = Field(validation_alias=_alias("to", "target_lab_id"))
     side: OfferSide = "sell"
     blocks: int = Field(ge=1, le=1_000_000)
-    price: float = Field(ge=0.0, le=1e9)
+    price: float = Field(ge=0.0, le=1e9, validation_alias=_alias("price", "payment"))
     delivery_round: int | None = Field(
         None, ge=0, description="Absolute round; default: the current round."
     )
@@ -102,6 +118,9 @@ class SendOffer(_Action):
         1, ge=1, le=1000, description="Rounds the offer stays open (1: until this round's bidding)."
     )
     message: Text | None = None
+    conditions: Conditions = Field(
+        None, description="Optional free-form terms: recorded, not enforced by the market."
+    )
 
 
 class CounterOffer(_Action):
@@ -114,8 +133,11 @@ class CounterOffer(_Action):
     action_type: Literal["counter_offer"] = "counter_offer"
     offer_id: str
     blocks: int = Field(ge=1, le=1_000_000)
-    price: float = Field(ge=0.0, le=1e9)
+    price: float = Field(ge=0.0, le=1e9, validation_alias=_alias("price", "payment"))
     message: Text | None = None
+    conditions: Conditions = Field(
+        None, description="Optional free-form terms: recorded, not enforced by the market."
+    )
 
 
 class AcceptOffer(_Action):
@@ -139,11 +161,13 @@ class FormCoalition(_Action):
     """
 
     action_type: Literal["form_coalition"] = "form_coalition"
-    members: list[str] = Field(
+    members: Annotated[list[str], BeforeValidator(seats_alias)] = Field(
         min_length=1, max_length=64, description="Seats invited (not including yourself)."
     )
-    purpose: Text = ""
-    contribution: float = Field(0.0, ge=0.0, le=1e9)
+    purpose: Text = Field("", validation_alias=_alias("purpose", "message"))
+    contribution: float = Field(
+        0.0, ge=0.0, le=1e9, validation_alias=_alias("contribution", "payment")
+    )
     split: CoalitionSplit = "proportional"
     term_rounds: int = Field(1, ge=1, le=1000)
 
@@ -151,7 +175,9 @@ class FormCoalition(_Action):
 class CommitToCoalition(_Action):
     action_type: Literal["commit_to_coalition"] = "commit_to_coalition"
     coalition_id: str
-    contribution: float = Field(0.0, ge=0.0, le=1e9)
+    contribution: float = Field(
+        0.0, ge=0.0, le=1e9, validation_alias=_alias("contribution", "payment")
+    )
 
 
 class LeaveCoalition(_Action):
@@ -161,15 +187,19 @@ class LeaveCoalition(_Action):
 
 class SendMessage(_Action):
     action_type: Literal["send_message"] = "send_message"
-    to: str | list[str] = Field("all", description="'all' (public) or one or more seats (private).")
-    text: Text
+    to: Annotated[str | list[str], BeforeValidator(seats_alias)] = Field(
+        "all",
+        description="'all' (public) or one or more seats (private).",
+        validation_alias=_alias("to", "target_lab_id"),
+    )
+    text: Text = Field(validation_alias=_alias("text", "message"))
 
 
 class MakePitch(_Action):
     """Ask the judge for blocks from the judge pool this round."""
 
     action_type: Literal["make_pitch"] = "make_pitch"
-    text: Text
+    text: Text = Field(validation_alias=_alias("text", "message"))
     blocks_requested: int = Field(1, ge=1, le=1_000_000)
     job_id: str | None = None
     # optional structured claims; the judge checks each against the lab's true jobs
@@ -188,8 +218,8 @@ class CounterPitch(_Action):
     """Dispute another lab's pitch this round (recorded for the judge)."""
 
     action_type: Literal["counter_pitch"] = "counter_pitch"
-    target: str
-    text: Text
+    target: Seat = Field(validation_alias=_alias("target", "target_lab_id"))
+    text: Text = Field(validation_alias=_alias("text", "message"))
 
 
 class AllocateToJob(_Action):
@@ -225,23 +255,6 @@ class Bid(_Action):
                     "so sort them from highest to lowest"
                 )
         return v
-
-
-BLOCK_ID_HELP = (
-    "block ids here are 'r<round>' (a lab's blocks of one round are interchangeable, so an id "
-    "names the round; repeat it for several blocks), e.g. ['r3', 'r3']"
-)
-
-
-def block_rounds(block_ids: list[str]) -> list[int]:
-    """The delivery round of each block id (``'r3'`` -> 3); raises ``ValueError`` naming a bad id."""
-    rounds = []
-    for k, bid in enumerate(block_ids):
-        text = str(bid).strip()
-        if not (text[:1] in ("r", "R") and text[1:].isdigit()):
-            raise ValueError(f"block id {bid!r} (entry {k}) is not one of ours; {BLOCK_ID_HELP}")
-        rounds.append(int(text[1:]))
-    return rounds
 
 
 class _Capacity(_Action):

@@ -24,6 +24,7 @@ from agents.llm.judge import make_judge
 from market.core import actions, execution, negotiation, reservations
 from market.core import coalitions as coal
 from market.core.actions import ActionModel, ActionParseError, parse_action
+from market.core.arena import ignored_conditions
 from market.core.bidding import RoundOrders
 from market.core.claims import with_claims
 from market.core.collusion import InteractionGraph
@@ -290,10 +291,11 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         match act:
             case actions.SendOffer():
                 offer = negotiation.handle_send_offer(world, self.book, me, act, now, rounds)
-                return {"offer_id": offer.offer_id}
+                return {"offer_id": offer.offer_id} | ignored_conditions(act.conditions)
             case actions.CounterOffer():
                 offer = negotiation.handle_counter(world, self.book, me, act, now, rounds)
-                return {"offer_id": offer.offer_id, "countered": act.offer_id}
+                result = {"offer_id": offer.offer_id, "countered": act.offer_id}
+                return result | ignored_conditions(act.conditions)
             case actions.AcceptOffer():
                 offer, contract = negotiation.handle_accept(world, self.book, me, act, now)
                 if offer.status == "accepted":
