@@ -131,9 +131,10 @@ def handle_reserve(
     job = None
     if action.job_id is not None:
         job = next((j for j in world.labs[me].jobs if j.job_id == action.job_id), None)
-        if job is None or job.status not in ("active", "pending"):
+        if job is None or job.status != "active":
             raise ActionError(
-                f"job_id {action.job_id!r} is not one of your live jobs; omit it or use one from your jobs"
+                f"job_id {action.job_id!r} is not one of your active jobs; omit it or use an "
+                "active job_id from your jobs"
             )
     for r, n in sorted(counts.items()):
         owned = int(world.holdings[me, r])

@@ -169,3 +169,10 @@ def test_mask_marks_reserve_and_release_exactly_when_valid() -> None:
     _step(env, {"action_type": "wait"})
     mask = action_mask(env.observe("bidder_0"))
     assert mask[reserve] == 0 and mask[release] == 1  # all 3 blocks reserved already
+
+
+def test_job_reservation_needs_an_active_job_of_ones_own() -> None:
+    env = _env()
+    info = _step(env, {"action_type": "reserve_capacity", "blocks": 1, "job_id": "nosuch"})
+    assert "job_id 'nosuch' is not one of your active jobs" in info["error"]
+    assert env.book.reserved.blocks_by == {}
