@@ -291,11 +291,11 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         match act:
             case actions.SendOffer():
                 offer = negotiation.handle_send_offer(world, self.book, me, act, now, rounds)
-                return {"offer_id": offer.offer_id} | ignored_conditions(act.conditions)
+                return {"offer_id": offer.offer_id, **ignored_conditions(act.conditions)}
             case actions.CounterOffer():
                 offer = negotiation.handle_counter(world, self.book, me, act, now, rounds)
-                result = {"offer_id": offer.offer_id, "countered": act.offer_id}
-                return result | ignored_conditions(act.conditions)
+                ignored = ignored_conditions(act.conditions)
+                return {"offer_id": offer.offer_id, "countered": act.offer_id, **ignored}
             case actions.AcceptOffer():
                 offer, contract = negotiation.handle_accept(world, self.book, me, act, now)
                 if offer.status == "accepted":
