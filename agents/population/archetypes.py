@@ -265,7 +265,7 @@ class RetaliatoryBidder(_Archetype):
     def clear(self) -> None:
         self.until: dict[str, int] = {}  # seat -> first round it is forgiven
         self.sent: list[tuple[str, str, float, int]] = []  # its offers: (to, side, price, round)
-        self.budget: float | None = None
+        self.seen_budget: float | None = None
         self.contracts: set[tuple[str, str, int, float, int]] = set()
         self.due: dict[int, set[str]] = {}  # round -> sellers of its contracts due then
         self.reputations: dict[str, float] = {}
@@ -289,7 +289,7 @@ class RetaliatoryBidder(_Archetype):
             if (to, side, price) in still_open:
                 continue
             self.sent.remove(sent)
-            paid = self.budget is None or abs(abs(budget - self.budget) - price) < 1e-6
+            paid = self.seen_budget is None or abs(abs(budget - self.seen_budget) - price) < 1e-6
             traded = paid or any(c[0 if side == "buy" else 1] == to for c in new)
             if not traded and expiry >= now:
                 self.wronged(to, now)
@@ -301,7 +301,7 @@ class RetaliatoryBidder(_Archetype):
                 self.due.setdefault(delivery, set()).add(seller)
         self.contracts |= contracts
         self.reputations = dict(obs.reputations)
-        self.budget = budget
+        self.seen_budget = budget
 
     def judge(
         self, obs: Observation, sender: str, side: str, blocks: int, price: float, delivery: int
@@ -320,9 +320,9 @@ class RetaliatoryBidder(_Archetype):
     def act(self, obs: Observation) -> ActionModel:
         action = super().act(obs)
         if obs.phase == "negotiation":
-            self.budget = obs.budget or 0.0  # what it acted on (its own accept moves credits)
+            self.seen_budget = obs.budget or 0.0  # what it acted on (its own accept moves credits)
             if isinstance(action, AcceptOffer):  # its own trade: offers closing now get the doubt
-                self.budget = None
+                self.seen_budget = None
             if isinstance(
                 action, SendOffer
             ):  # one open offer at a time: (to, side, price) names it
