@@ -19,6 +19,7 @@ from agents.base import BaseAgent
 from agents.llm.agent import make_llm_agent
 from agents.llm.spec import unknown_parameter_message
 from agents.population import (
+    ARCHETYPES,
     ColluderBidder,
     DaedalusRobustDesigner,
     DropoutBidder,
@@ -63,6 +64,7 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
         RuleExpert,
         RuleDesigner,
         DaedalusRobustDesigner,
+        *ARCHETYPES,
     )
 }
 # agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not

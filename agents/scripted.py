@@ -24,6 +24,8 @@ from market.core.actions import (
     LeaveCoalition,
     MakePitch,
     RejectOffer,
+    ReleaseCapacity,
+    ReserveCapacity,
     SendMessage,
     SendOffer,
     SetMechanism,
@@ -143,6 +145,11 @@ class RandomValidBidder(BaseAgent):
             return AllocateToJob(
                 job_id=job.job_id, blocks=int(rng.integers(0, job.size - job.progress + 1))
             )
+        reserved = (obs.reserved or [0])[0]
+        if kind == "reserve_capacity" and held > reserved:
+            return ReserveCapacity(blocks=int(rng.integers(1, held - reserved + 1)))
+        if kind == "release_capacity" and reserved:
+            return ReleaseCapacity(blocks=int(rng.integers(1, reserved + 1)))
         return WAIT
 
 

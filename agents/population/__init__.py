@@ -27,6 +27,14 @@ constructor converts and checks them.
 from __future__ import annotations
 
 from agents.base import BaseAgent
+from agents.population.archetypes import (
+    ARCHETYPES,
+    CooperativeBidder,
+    DeadlinePanickedBidder,
+    DeceptiveBidder,
+    RetaliatoryBidder,
+    SelfishBidder,
+)
 from agents.population.baselines import (
     ColluderBidder,
     DropoutBidder,
@@ -78,9 +86,16 @@ POPULATION: tuple[type[BaseAgent], ...] = (
     NoNegotiationBidder,
     RuleExpert,
     RuleDesigner,
+    *ARCHETYPES,
 )
 
 __all__ = [
+    "ARCHETYPES",
+    "CooperativeBidder",
+    "DeadlinePanickedBidder",
+    "DeceptiveBidder",
+    "RetaliatoryBidder",
+    "SelfishBidder",
     "ColluderBidder",
     "DropoutBidder",
     "ExploiterBidder",

@@ -12,15 +12,19 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
+from market.core.arena import arena_payload, block_rounds, seat_alias, seats_alias
 from market.core.mechanisms import (
     DAEDALUS_AUCTION_TYPES,
     AuctionType,
@@ -42,6 +46,13 @@ def _clip_text(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_clip_text)]
+Seat = Annotated[str, BeforeValidator(seat_alias)]  # also the arena's lab_<i> or a lab index
+Conditions = dict[str, JsonValue] | None
+
+
+def _alias(*names: str) -> AliasChoices:
+    """Our field name first (the schema shows it), then the GPU-arena's (market/core/arena.py)."""
+    return AliasChoices(*names)
 
 
 class _Action(BaseModel):
@@ -56,6 +67,12 @@ class _Action(BaseModel):
 
     if TYPE_CHECKING:  # every concrete action declares it as a Literal field with its one value
         action_type: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arena(cls, data: object) -> object:
+        """GPU-arena payloads: null arena fields dropped, block id lists turned into counts."""
+        return arena_payload(data)
 
 
 MechanismUnits = Literal["credits", "daedalus"]
@@ -172,10 +189,10 @@ class SendOffer(_Action):
     """
 
     action_type: Literal["send_offer"] = "send_offer"
-    to: str
+    to: Seat = Field(validation_alias=_alias("to", "target_lab_id"))
     side: OfferSide = "sell"
     blocks: int = Field(ge=1, le=1_000_000)
-    price: float = Field(ge=0.0, le=1e9)
+    price: float = Field(ge=0.0, le=1e9, validation_alias=_alias("price", "payment"))
     delivery_round: int | None = Field(
         None, ge=0, description="Absolute round; default: the current round."
     )
@@ -183,6 +200,9 @@ class SendOffer(_Action):
         1, ge=1, le=1000, description="Rounds the offer stays open (1: until this round's bidding)."
     )
     message: Text | None = None
+    conditions: Conditions = Field(
+        None, description="Optional free-form terms: recorded, not enforced by the market."
+    )
 
 
 class CounterOffer(_Action):
@@ -195,8 +215,11 @@ class CounterOffer(_Action):
     action_type: Literal["counter_offer"] = "counter_offer"
     offer_id: str
     blocks: int = Field(ge=1, le=1_000_000)
-    price: float = Field(ge=0.0, le=1e9)
+    price: float = Field(ge=0.0, le=1e9, validation_alias=_alias("price", "payment"))
     message: Text | None = None
+    conditions: Conditions = Field(
+        None, description="Optional free-form terms: recorded, not enforced by the market."
+    )
 
 
 class AcceptOffer(_Action):
@@ -220,11 +243,13 @@ class FormCoalition(_Action):
     """
 
     action_type: Literal["form_coalition"] = "form_coalition"
-    members: list[str] = Field(
+    members: Annotated[list[str], BeforeValidator(seats_alias)] = Field(
         min_length=1, max_length=64, description="Seats invited (not including yourself)."
     )
-    purpose: Text = ""
-    contribution: float = Field(0.0, ge=0.0, le=1e9)
+    purpose: Text = Field("", validation_alias=_alias("purpose", "message"))
+    contribution: float = Field(
+        0.0, ge=0.0, le=1e9, validation_alias=_alias("contribution", "payment")
+    )
     split: CoalitionSplit = "proportional"
     term_rounds: int = Field(1, ge=1, le=1000)
 
@@ -232,7 +257,9 @@ class FormCoalition(_Action):
 class CommitToCoalition(_Action):
     action_type: Literal["commit_to_coalition"] = "commit_to_coalition"
     coalition_id: str
-    contribution: float = Field(0.0, ge=0.0, le=1e9)
+    contribution: float = Field(
+        0.0, ge=0.0, le=1e9, validation_alias=_alias("contribution", "payment")
+    )
 
 
 class LeaveCoalition(_Action):
@@ -242,15 +269,19 @@ class LeaveCoalition(_Action):
 
 class SendMessage(_Action):
     action_type: Literal["send_message"] = "send_message"
-    to: str | list[str] = Field("all", description="'all' (public) or one or more seats (private).")
-    text: Text
+    to: Annotated[str | list[str], BeforeValidator(seats_alias)] = Field(
+        "all",
+        description="'all' (public) or one or more seats (private).",
+        validation_alias=_alias("to", "target_lab_id"),
+    )
+    text: Text = Field(validation_alias=_alias("text", "message"))
 
 
 class MakePitch(_Action):
     """Ask the judge for blocks from the judge pool this round."""
 
     action_type: Literal["make_pitch"] = "make_pitch"
-    text: Text
+    text: Text = Field(validation_alias=_alias("text", "message"))
     blocks_requested: int = Field(1, ge=1, le=1_000_000)
     job_id: str | None = None
     # optional structured claims; the judge checks each against the lab's true jobs
@@ -269,8 +300,8 @@ class CounterPitch(_Action):
     """Dispute another lab's pitch this round (recorded for the judge)."""
 
     action_type: Literal["counter_pitch"] = "counter_pitch"
-    target: str
-    text: Text
+    target: Seat = Field(validation_alias=_alias("target", "target_lab_id"))
+    text: Text = Field(validation_alias=_alias("text", "message"))
 
 
 class AllocateToJob(_Action):
@@ -308,6 +339,63 @@ class Bid(_Action):
         return v
 
 
+class _Capacity(_Action):
+    """Shared fields of reserve_capacity and release_capacity: which blocks."""
+
+    blocks: int = Field(1, ge=1, le=1_000_000, description="How many blocks of `round`.")
+    round: int | None = Field(
+        None, ge=0, description="Absolute round of the blocks; default: the current round."
+    )
+    block_ids: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=10_000,
+        description="Instead of blocks/round: one id per block, 'r<round>' (e.g. ['r3', 'r3', 'r4']).",
+    )
+
+    def requested(self, now: int) -> list[tuple[str, int]]:
+        """One (label, round) per block asked for, in the order given (labels name blocks in errors)."""
+        if self.block_ids is not None:
+            return [
+                (str(b), r)
+                for b, r in zip(self.block_ids, block_rounds(self.block_ids), strict=True)
+            ]
+        r = now if self.round is None else self.round
+        return [(f"r{r}", r)] * self.blocks
+
+    @field_validator("block_ids")
+    @classmethod
+    def _ids(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            block_rounds(v)
+        return v
+
+    @model_validator(mode="after")
+    def _one_form(self) -> _Capacity:
+        if self.block_ids is not None and {"blocks", "round"} & self.model_fields_set:
+            raise ValueError("give either block_ids or blocks/round, not both")
+        return self
+
+
+class ReserveCapacity(_Capacity):
+    """Reserve blocks you own for your own jobs (all of them or none).
+
+    Reserved blocks cannot be sold, offered or used to accept an offer until released; with
+    ``job_id`` they run that job first when their round executes.
+    """
+
+    action_type: Literal["reserve_capacity"] = "reserve_capacity"
+    job_id: str | None = Field(
+        None, description="Optional: the live job the reserved blocks run first."
+    )
+
+
+class ReleaseCapacity(_Capacity):
+    """Release reserved blocks (all of them or none): they can be sold and offered again."""
+
+    action_type: Literal["release_capacity"] = "release_capacity"
+
+
 class Wait(_Action):
     action_type: Literal["wait"] = "wait"
 
@@ -332,6 +420,8 @@ Action = Annotated[
     | CounterPitch
     | AllocateToJob
     | Bid
+    | ReserveCapacity
+    | ReleaseCapacity
     | Wait
     | Finish,
     Field(discriminator="action_type"),
@@ -352,6 +442,8 @@ ACTION_CLASSES: dict[str, type[_Action]] = {
         CounterPitch,
         AllocateToJob,
         Bid,
+        ReserveCapacity,
+        ReleaseCapacity,
         Wait,
         Finish,
     )

@@ -20,6 +20,7 @@ from market.core.actions import (
     SendOffer,
 )
 from market.core.ledger import ActionError, move_blocks, transfer_credits
+from market.core.reservations import Reservations
 from market.core.seats import bidder_seat, is_bidder_seat, lab_index
 from market.core.world import World
 
@@ -93,6 +94,7 @@ class Book:
     pitches: dict[int, Pitch] = field(default_factory=dict)  # this round's, by lab
     next_offer: int = 0
     next_contract: int = 0
+    reserved: Reservations = field(default_factory=Reservations)  # blocks set aside, not for sale
 
     def open_offers_of(self, lab: int) -> int:
         return sum(1 for o in self.offers.values() if o.status == "open" and o.sender == lab)
@@ -138,10 +140,13 @@ def _check_can_deliver(
 ) -> None:
     owned = int(world.holdings[seller, delivery])
     free = owned - book.committed(seller, delivery)  # contracts due now deliver at the round's end
-    if free < blocks:
+    reserved = book.reserved.blocks(seller, delivery)  # reserved blocks are not for sale
+    if free - reserved < blocks:
+        kept = f" (and {reserved} reserved: release_capacity frees them)" if reserved else ""
+        free = max(free - reserved, 0) if reserved else free
         raise ActionError(
-            f"{who} own{'s' if who != 'you' else ''} {free} uncommitted block(s) for round {delivery}, "
-            f"not {blocks}; offer at most {max(free, 0)} or buy blocks first"
+            f"{who} own{'s' if who != 'you' else ''} {free} uncommitted block(s) for round {delivery}"
+            f"{kept}, not {blocks}; offer at most {max(free, 0)} or buy blocks first"
         )
 
 

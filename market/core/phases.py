@@ -28,6 +28,8 @@ LEGAL: dict[str, tuple[str, ...]] = {
         "make_pitch",
         "counter_pitch",
         "allocate_to_job",
+        "reserve_capacity",
+        "release_capacity",
         "wait",
         "finish",
     ),

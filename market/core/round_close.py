@@ -21,6 +21,7 @@ from market.core.judge import Judge, JudgeHistory
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import Book
 from market.core.production import run_round_blocks
+from market.core.reservations import with_reserved_jobs
 from market.core.rewards import optimal_welfare
 from market.core.rng import RngStreams
 from market.core.settlement import RoundResult, clear_round
@@ -124,7 +125,8 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
     # optimal welfare over every live runnable job's remaining units, before execution
     wanted = demand(world, active, reliability)
     optimum = optimal_welfare(wanted.unit_values, wanted.remaining, blocks_total)
-    allocated_value = run_round_blocks(world, active, now, orders.plans, reliability, round_rng)
+    plans = with_reserved_jobs(orders.plans, m.book.reserved, now)  # job reservations run first
+    allocated_value = run_round_blocks(world, active, now, plans, reliability, round_rng)
     for i in active:  # retired labs settled their potential when they left
         jobs = world.labs[i].jobs
         execution.settle_jobs(jobs, now)

@@ -21,9 +21,10 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
 from agents.llm.judge import make_judge
-from market.core import actions, execution, negotiation
+from market.core import actions, execution, negotiation, reservations
 from market.core import coalitions as coal
 from market.core.actions import ActionModel, ActionParseError, parse_action
+from market.core.arena import ignored_conditions
 from market.core.bidding import RoundOrders
 from market.core.claims import with_claims
 from market.core.collusion import InteractionGraph
@@ -301,10 +302,11 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         match act:
             case actions.SendOffer():
                 offer = negotiation.handle_send_offer(world, self.book, me, act, now, rounds)
-                return {"offer_id": offer.offer_id}
+                return {"offer_id": offer.offer_id, **ignored_conditions(act.conditions)}
             case actions.CounterOffer():
                 offer = negotiation.handle_counter(world, self.book, me, act, now, rounds)
-                return {"offer_id": offer.offer_id, "countered": act.offer_id}
+                ignored = ignored_conditions(act.conditions)
+                return {"offer_id": offer.offer_id, "countered": act.offer_id, **ignored}
             case actions.AcceptOffer():
                 offer, contract = negotiation.handle_accept(world, self.book, me, act, now)
                 if offer.status == "accepted":
@@ -348,6 +350,14 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             case actions.CounterPitch():
                 negotiation.handle_counter_pitch(world, self.book, me, act)
                 return {"countered": act.target}
+            case actions.ReserveCapacity():
+                got = reservations.handle_reserve(
+                    world, self.book.reserved, self.book.committed, me, act, now, rounds
+                )
+                return {"reserved": got, "job_id": act.job_id}
+            case actions.ReleaseCapacity():
+                got = reservations.handle_release(self.book.reserved, me, act, now, rounds)
+                return {"released": got}
             case actions.AllocateToJob():
                 self.orders.allocate(world, me, act)
                 return {"job_id": act.job_id, "blocks": act.blocks}
@@ -380,6 +390,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         # housekeeping for the next round
         coal.end_of_round(world, self.coalitions, now)
         negotiation.expire_offers(self.book, now)
+        self.book.reserved.end_of_round(world, now)
         self.book.prune()
         self.book.pitches = {}
         self.orders = RoundOrders()

@@ -75,7 +75,7 @@ def market_digest(
     orders: RoundOrders,
 ) -> bytes:
     """SHA-256 of budgets, reputations, holdings, jobs, offers, contracts, pitches, coalitions,
-    this round's bids and plans, id counters, the message count and the latest message, the
+    this round's bids and plans, capacity reservations (when any), id counters, the message count and the latest message, the
     mechanism, operator and external credits, and the labs' settled job potential."""
     h = hashlib.sha256()
     h.update(repr((w.operator_credits, w.external_credits, mechanism.model_dump_json())).encode())
@@ -164,4 +164,13 @@ def market_digest(
             )
         ).encode()
     )
+    if book.reserved.blocks_by:  # only when a lab reserved: older digests stay unchanged
+        h.update(
+            repr(
+                (
+                    sorted(book.reserved.blocks_by.items()),
+                    sorted((k, list(v.items())) for k, v in book.reserved.jobs_by.items()),
+                )
+            ).encode()
+        )
     return h.digest()

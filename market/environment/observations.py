@@ -171,6 +171,7 @@ class Observation(BaseModel):
     budget: float | None = None
     reputation: float | None = None
     holdings: list[int] | None = None  # blocks owned for rounds round, round+1, ...
+    reserved: list[int] | None = None  # of those, blocks reserved (reserve_capacity), same rounds
     jobs: list[JobView] | None = None
     offers_received: list[OfferView] | None = None
     offers_sent: list[OfferView] | None = None
@@ -223,6 +224,11 @@ class Observation(BaseModel):
             lines += [
                 f"Your budget: {self.budget:.2f} credits. Your reputation: {self.reputation:.3f}.",
                 f"Blocks you own for rounds {self.round}, {self.round + 1}, ...: {self.holdings}",
+                *(
+                    [f"Of those, reserved for your own jobs (not for sale): {self.reserved}"]
+                    if any(self.reserved or ())
+                    else []
+                ),
                 f"Your jobs: {dump(self.jobs or [])}",
                 f"Offers to you: {dump(self.offers_received or [], 'message')}",
                 *[

@@ -181,6 +181,7 @@ class SeatViews:
                 budget=lab.budget,
                 reputation=lab.reputation,
                 holdings=world.holdings[me, now:].tolist(),
+                reserved=book.reserved.of(me, now, int(world.holdings.shape[1])),
                 jobs=self._per_round(
                     ("jobs", me),
                     lambda: [

@@ -32,6 +32,8 @@ from market.core.actions import (
     MakePitch,
     MechanismUpdate,
     RejectOffer,
+    ReleaseCapacity,
+    ReserveCapacity,
     SendOffer,
     SetMechanism,
     Wait,
@@ -103,7 +105,13 @@ def _can_deliver(obs: Observation, offer: OfferView) -> bool:
             for c in obs.contracts or ()
             if c.seller == obs.seat and c.delivery_round == offer.delivery_round
         )
-    return holdings[k] - committed >= offer.blocks
+    return holdings[k] - committed - _reserved(obs, k) >= offer.blocks
+
+
+def _reserved(obs: Observation, k: int = 0) -> int:
+    """Blocks the seat reserved for round ``obs.round + k`` (not for sale)."""
+    reserved = obs.reserved or []
+    return reserved[k] if 0 <= k < len(reserved) else 0
 
 
 def _per_block(offer: OfferView) -> float:
@@ -159,7 +167,7 @@ def _reject_first(obs: Observation, unit_limit: int) -> Built:
 
 def _sell_spare(obs: Observation, unit_limit: int) -> Built:
     """Offer one block of this round that our live jobs cannot use to the next lab in seat order."""
-    held = _held_now(obs)
+    held = _held_now(obs) - _reserved(obs)
     spare = held - sum(j.size - j.progress for j in _live_jobs(obs, runnable=True))
     labs = sorted(obs.active_labs, key=lab_index)
     others = [s for s in labs if s != obs.seat]
@@ -210,6 +218,25 @@ def _pitch_urgent(obs: Observation, unit_limit: int) -> Built:
         f"round {job.deadline}; we ask for {max(1, need)}."
     )
     return MakePitch(text=text, blocks_requested=max(1, need), job_id=job.job_id), True
+
+
+def _reserve_for_jobs(obs: Observation, unit_limit: int) -> Built:
+    """Reserve this round's unreserved blocks that the live runnable jobs still need."""
+    need = sum(j.size - j.progress for j in _live_jobs(obs, runnable=True))
+    sold = sum(
+        c.blocks
+        for c in obs.contracts or ()
+        if c.seller == obs.seat and c.delivery_round == obs.round
+    )
+    free = _held_now(obs) - sold - _reserved(obs)
+    n = min(need, free)
+    return ReserveCapacity(blocks=max(1, n)), n >= 1
+
+
+def _release_reserved(obs: Observation, unit_limit: int) -> Built:
+    """Release every block reserved for this round."""
+    n = _reserved(obs)
+    return ReleaseCapacity(blocks=max(1, n)), n >= 1
 
 
 # --- designer entries ----------------------------------------------------------------------
@@ -265,6 +292,9 @@ MENU: tuple[MenuEntry, ...] = (
     MenuEntry("lower_reserve", "set_mechanism", _lower_reserve),
     MenuEntry("toggle_coalition_policy", "set_mechanism", _toggle_policy),
     MenuEntry("judge_pool_share_10", "set_mechanism", _judge_pool),
+    # appended last so the earlier entries keep their indices
+    MenuEntry("reserve_for_jobs", "reserve_capacity", _reserve_for_jobs),
+    MenuEntry("release_reserved", "release_capacity", _release_reserved),
 )
 MENU_NAMES: tuple[str, ...] = tuple(e.name for e in MENU)
 

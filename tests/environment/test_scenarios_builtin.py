@@ -18,7 +18,12 @@ from scenarios.schema import SHOCK_KINDS
 
 STAGES = [f"mechanism_stage_{k}" for k in range(5)]
 DAEDALUS = [f"daedalus_stage_{k}" for k in range(5)]
-NEW = [*STAGES, *DAEDALUS, "shock_storm", "large_market"]
+ARENA = [
+    f"{t}_{d}"
+    for t in ("single_trade", "market_round", "coalition_market")
+    for d in ("easy", "medium", "hard")
+]
+NEW = [*STAGES, *DAEDALUS, "shock_storm", "large_market", *ARENA]
 #: DAEDALUS's own curriculum: the seats (its agent positions) each stage turns strategic
 DAEDALUS_SEATS = {
     1: ("shader", (2, 3)),
