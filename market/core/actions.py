@@ -86,7 +86,9 @@ class SendOffer(_Action):
 
     Credits move when the offer is accepted. Blocks of the current round move then too (the seller
     must own them); blocks of a later round are a forward contract delivered at that round, and a
-    seller short of blocks then is in breach (refund plus withdrawal penalty).
+    seller short of blocks then is in breach (refund plus withdrawal penalty). With ``short`` a
+    forward seller may sell blocks it does not own yet, backed by collateral (docs/world.md,
+    Delivery risk).
     """
 
     action_type: Literal["send_offer"] = "send_offer"
@@ -101,6 +103,13 @@ class SendOffer(_Action):
         1, ge=1, le=1000, description="Rounds the offer stays open (1: until this round's bidding)."
     )
     message: Text | None = None
+    # --- delivery risk (market.core.delivery) ---
+    short: bool = Field(
+        False,
+        description="Sell forward blocks you do not own yet (sell offers for a later round only): "
+        "collateral is taken from your budget at acceptance; at delivery you must hold the "
+        "blocks or you breach.",
+    )
 
 
 class CounterOffer(_Action):

@@ -8,6 +8,7 @@ from market.environment.aec import env, raw_env
 from market.environment.observations import (
     CoalitionView,
     ContractView,
+    DeliveryView,
     DesignerStats,
     JobView,
     MarketResultView,
@@ -37,6 +38,7 @@ __all__ = [
     "MENU_NAMES",
     "CoalitionView",
     "ContractView",
+    "DeliveryView",
     "DesignerStats",
     "JobView",
     "MarketResultView",

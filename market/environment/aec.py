@@ -103,7 +103,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         shock_rng = self.streams.stream("shocks")
         self.shocks: list[Shock] = draw_shocks(sc, shock_rng)
         apply_schedule(self.world, self.shocks, sc, shock_rng)
-        self.book = negotiation.Book()
+        self.book = negotiation.Book(delivery=sc.delivery)
         self.coalitions = coal.CoalitionBook()
         self.graph = InteractionGraph(sc.n_seats)
         if self._judge_spec != sc.judge:  # keep an LLM judge's cache across resets
@@ -390,9 +390,15 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
 
     # --- audits (used by tests and the transcript's state digest) --------------------------
     def credit_balance(self) -> float:
-        """Labs + operator + escrow - initial - external injections: zero when credits are conserved."""
+        """Labs + operator + escrow + collateral - initial - external injections: zero when
+        credits are conserved."""
         w = self.world
-        total = sum(lab.budget for lab in w.labs) + w.operator_credits + self.coalitions.escrow()
+        total = (
+            sum(lab.budget for lab in w.labs)
+            + w.operator_credits
+            + self.coalitions.escrow()
+            + w.collateral_held
+        )
         return float(total - self.initial_credits - w.external_credits)
 
     def state_digest(self) -> str:

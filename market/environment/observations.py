@@ -57,6 +57,23 @@ class ContractView(_View):
     blocks: int
     price: float
     delivery_round: int
+    short: int = 0  # blocks sold short (delivery risk)
+    collateral: float = 0.0  # credits the seller posted for them
+
+
+class DeliveryView(_View):
+    """Delivery risk as this lab sees it (docs/world.md, Delivery risk): the rules, this round's
+    probability that an owned block fails, and its own blocks that failed last round."""
+
+    failure_rate: float  # this round's p_r (from the public capacity and reliability)
+    base_failure_rate: float
+    short_sales: bool
+    collateral_fraction: float
+    collateral_per_block: float
+    breach_compensation: float
+    collateral_held: float  # the lab's collateral posted on open short contracts
+    failed_last_round: int = 0  # its blocks that failed at the last close
+    failed_block_ids: list[str] = []
 
 
 class CoalitionView(_View):
@@ -174,6 +191,7 @@ class Observation(BaseModel):
     offers_sent: list[OfferView] | None = None
     contracts: list[ContractView] | None = None
     coalitions: list[CoalitionView] | None = None
+    delivery: DeliveryView | None = None  # delivery risk (bidders)
     # the designer's market view
     designer_stats: DesignerStats | None = None
 
@@ -210,6 +228,8 @@ class Observation(BaseModel):
                 f"Your forward contracts: {dump(self.contracts or [])}",
                 f"Your coalitions and invitations: {dump(self.coalitions or [])}",
             ]
+            if self.delivery is not None:
+                lines.append(f"Delivery risk (owned blocks can fail): {dump(self.delivery)}")
         if self.designer_stats is not None:
             lines.append(f"Market health so far: {dump(self.designer_stats)}")
         if self.last_result is not None:
