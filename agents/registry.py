@@ -27,6 +27,7 @@ from agents.population import (
     RuleDesigner,
     RuleExpert,
     ShaderBidder,
+    ShortSeller,
 )
 from agents.scripted import (
     AlwaysAcceptBidder,
@@ -61,6 +62,7 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
         NoNegotiationBidder,
         RuleExpert,
         RuleDesigner,
+        ShortSeller,
     )
 }
 # agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not

@@ -178,7 +178,8 @@ class DeliverySpec(_Strict):
         0.5, ge=0.0, le=1.0, description="Failure probability per unit of reliability drop."
     )
     short_sales: bool = Field(
-        True, description="Whether a lab may sell forward blocks it does not own (send_offer short)."
+        True,
+        description="Whether a lab may sell forward blocks it does not own (send_offer short).",
     )
     collateral_fraction: float = Field(
         1.5, ge=0.0, le=100.0, description="Collateral per short block, as a fraction of its price."

@@ -320,7 +320,14 @@ def handle_accept(
             _check_can_pay(world, buyer, offer.price, "the sender")
         elif offer.short:
             _check_short(
-                world, book, seller, offer.blocks, offer.price, offer.delivery_round, now, "the sender"
+                world,
+                book,
+                seller,
+                offer.blocks,
+                offer.price,
+                offer.delivery_round,
+                now,
+                "the sender",
             )
         else:
             _check_can_deliver(

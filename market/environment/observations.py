@@ -67,6 +67,8 @@ class DeliveryView(_View):
 
     failure_rate: float  # this round's p_r (from the public capacity and reliability)
     base_failure_rate: float
+    outage_exposure: float
+    reliability_exposure: float
     short_sales: bool
     collateral_fraction: float
     collateral_per_block: float

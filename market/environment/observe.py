@@ -11,8 +11,8 @@ from collections.abc import Callable, Hashable
 from typing import Protocol, TypeVar
 
 from market.core.coalitions import Coalition, CoalitionBook
-from market.core.delivery import failure_rate
 from market.core.collusion import SUSPECTED
+from market.core.delivery import failure_rate
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import Book, Offer
 from market.core.phases import LEGAL
@@ -345,6 +345,8 @@ def delivery_view(env: MarketState, me: int) -> DeliveryView:
         DeliveryView,
         failure_rate=failure_rate(world, spec, sc.capacity.reliability, min(now, sc.rounds - 1)),
         base_failure_rate=spec.owned_failure_rate,
+        outage_exposure=spec.outage_exposure,
+        reliability_exposure=spec.reliability_exposure,
         short_sales=spec.short_sales,
         collateral_fraction=spec.collateral_fraction,
         collateral_per_block=spec.collateral_per_block,
