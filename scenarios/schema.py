@@ -194,6 +194,13 @@ class DeliverySpec(_Strict):
         description="On breach the buyer gets this fraction of the missing blocks' price on top of "
         "the refund, paid out of the contract's collateral only.",
     )
+    default_compensation: float = Field(
+        10.0,
+        ge=0.0,
+        le=1e6,
+        description="Credits per pledged block a coalition member fails to deliver, paid out of its "
+        "pool balance to the members the shortfall cut.",
+    )
 
 
 class RewardSpec(_Strict):

@@ -12,7 +12,7 @@ import math
 
 from agents.population.common import StatefulAgent, last_price, price_floor, schedule
 from agents.scripted import WAIT
-from market.core.actions import ActionModel, Bid, SendOffer
+from market.core.actions import ActionModel, Bid, CommitToCoalition, SendOffer
 from market.environment import Observation, marginal_values
 
 MAX_HOLD = 1000  # blocks_to_hold searches no further
@@ -91,10 +91,15 @@ class ShortSeller(StatefulAgent):
     (``truthful``) and, for the blocks it owes this round beyond those it holds, the price per
     block it sold them at: a naive cover that ignores that owned blocks can fail and that the
     auction may clear above its price. It never sells what it owns and never hedges.
+
+    It also commits to every coalition it is invited to, contributing a tenth of its budget (at
+    most :attr:`CONTRIBUTION`) and pledging :attr:`BLOCKS` blocks per round of the term that it
+    does not own (market.core.pledges): it defaults unless it happens to hold them.
     """
 
     name = "short_seller"
     BLOCKS = 2
+    CONTRIBUTION = 20.0
 
     def clear(self) -> None:
         self.offered: set[tuple[int, str, int]] = set()
@@ -129,9 +134,23 @@ class ShortSeller(StatefulAgent):
                 )
         return None
 
+    def _join(self, obs: Observation) -> ActionModel | None:
+        """Commit to the first coalition invitation, pledging blocks it does not own."""
+        if "commit_to_coalition" not in obs.legal_actions:
+            return None
+        for c in obs.coalitions or ():
+            if obs.seat in c.invited and c.status != "dissolved":
+                contribution = round(min((obs.budget or 0.0) * 0.1, self.CONTRIBUTION), 2)
+                return CommitToCoalition(
+                    coalition_id=c.coalition_id,
+                    contribution=contribution,
+                    pledge_blocks=self.BLOCKS,
+                )
+        return None
+
     def act(self, obs: Observation) -> ActionModel:
         if obs.phase == "negotiation":
-            return self._offer(obs) or WAIT
+            return self._join(obs) or self._offer(obs) or WAIT
         if obs.phase != "bidding":
             return WAIT
         blocks, price = owed(obs, obs.round)

@@ -154,12 +154,27 @@ class FormCoalition(_Action):
     contribution: float = Field(0.0, ge=0.0, le=1e9)
     split: CoalitionSplit = "proportional"
     term_rounds: int = Field(1, ge=1, le=1000)
+    # --- delivery risk (market.core.pledges) ---
+    pledge_blocks: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Blocks you commit to the pool in each round of the term (from the blocks you "
+        "hold then); the pool shares pledged blocks by need. Short of them, you default.",
+    )
 
 
 class CommitToCoalition(_Action):
     action_type: Literal["commit_to_coalition"] = "commit_to_coalition"
     coalition_id: str
     contribution: float = Field(0.0, ge=0.0, le=1e9)
+    # --- delivery risk (market.core.pledges) ---
+    pledge_blocks: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Blocks you commit to the pool in each round of the term (see form_coalition).",
+    )
 
 
 class LeaveCoalition(_Action):

@@ -127,3 +127,12 @@ def release_collateral(world: World, lab: int, amount: float) -> None:
     seller, or to the buyer of a breached contract."""
     world.collateral_held -= amount
     world.labs[lab].budget += amount
+
+
+def pay_from_escrow(
+    world: World, balances: dict[int, float], payer: int, payee: int, amount: float
+) -> None:
+    """A coalition member's pool balance pays ``amount`` (at most the balance) to lab ``payee``'s
+    budget: the compensation of a pledge default (market.core.pledges)."""
+    balances[payer] = balances.get(payer, 0.0) - amount
+    world.labs[payee].budget += amount

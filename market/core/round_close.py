@@ -21,6 +21,7 @@ from market.core.designer_metrics import bidding_labs, demand, designer_parts
 from market.core.judge import Judge, JudgeHistory
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import Book
+from market.core.pledges import settle_pledges
 from market.core.production import run_round_blocks
 from market.core.rewards import optimal_welfare
 from market.core.rng import RngStreams
@@ -127,6 +128,14 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
     result.failures = fail_owned_blocks(
         world, m.streams, m.scenario.delivery, m.scenario.capacity.reliability, now
     )
+    # coalition pledges settle next (a default can cut members short), then contracts deliver
+    result.pools = settle_pledges(world, m.coalitions, now, m.scenario.delivery)
+    for pool in result.pools:
+        for (payer, payee), credits in pool.compensation.items():
+            rewards += [
+                (payer, "breach_compensation", -credits),
+                (payee, "breach_compensation", credits),
+            ]
     result.breaches = execution.settle_contracts(world, m.book, now, mechanism.withdrawal_penalty)
     for breach in result.breaches:
         rewards += breach_rewards(breach)

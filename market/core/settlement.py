@@ -32,6 +32,7 @@ from market.core.ledger import issue_blocks, pay_for_blocks, pay_operator
 from market.core.mechanisms import Mechanism, clear
 from market.core.negotiation import Book
 from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS
+from market.core.pledges import PoolSettlement
 from market.core.world import World
 
 
@@ -68,6 +69,7 @@ class RoundResult:
     # delivery risk, filled in at the round's close (market.core.round_close)
     failures: list[BlockFailure] = field(default_factory=list)
     breaches: list[Breach] = field(default_factory=list)
+    pools: list[PoolSettlement] = field(default_factory=list)  # coalition pledges settled
 
 
 def _affordable(bids: list[float], pool: float) -> list[float]:

@@ -51,6 +51,7 @@ def round_summary(
         "shocks": [s.describe() for s in shocks if s.round == result.round],
         "failures": [f.to_log() for f in result.failures],
         "breaches": [breach_log(b) for b in result.breaches],
+        "pools": [p.to_log() for p in result.pools],
     }
 
 
