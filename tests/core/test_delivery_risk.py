@@ -352,3 +352,14 @@ def test_rule_expert_rejects_bad_parameters() -> None:
             make_agent(spec)
     assert make_agent("rule_expert?hedge=false").hedge is False
     assert np.isclose(make_agent("rule_expert").confidence, 0.95)
+
+
+def test_llm_action_schema_offers_the_new_fields() -> None:
+    """The LLM seat's legal-action schema is built from the action models: it carries ``short``
+    on send_offer and ``pledge_blocks`` on the coalition actions, with their descriptions."""
+    from agents.llm.prompts import legal_action_schema
+
+    schema = legal_action_schema(["send_offer", "form_coalition", "commit_to_coalition"])
+    text = str(schema)
+    assert "'short'" in text and "'pledge_blocks'" in text
+    assert "collateral" in text and "default" in text
