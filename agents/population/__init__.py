@@ -53,7 +53,9 @@ from agents.population.common import (
 from agents.population.delivery_risk import (
     ShortSeller,
     blocks_to_hold,
+    cover_values,
     deliverable,
+    expected_shortfall,
     failure_rate_at,
     survive_at_least,
 )
@@ -108,10 +110,12 @@ __all__ = [
     "as_count",
     "auctioned_blocks",
     "blocks_to_hold",
+    "cover_values",
     "credits_down",
     "deliverable",
     "equilibrium_bid",
     "expected_price",
+    "expected_shortfall",
     "failure_rate_at",
     "known_reserve",
     "last_price",

@@ -38,6 +38,33 @@ def deliverable(held: int, committed: int, p: float, confidence: float) -> int:
     return n
 
 
+def expected_shortfall(held: int, owed: int, p: float) -> float:
+    """``E[max(0, owed - Binomial(held, 1 - p))]``: the blocks it expects to be short by."""
+    if owed <= 0:
+        return 0.0
+    q = 1.0 - p
+    return math.fsum(
+        math.comb(held, k) * q**k * p ** (held - k) * (owed - k) for k in range(min(held, owed) + 1)
+    )
+
+
+def cover_values(held: int, owed: int, p: float, loss: float, most: int) -> list[float]:
+    """The value of each extra block held beyond ``held`` (at most ``most``), when every block
+    short of ``owed`` costs ``loss``: the drop in expected shortfall cost it buys. The values
+    fall with each block (a block is pivotal less often), so they form a valid bid schedule;
+    values under 0.01 credits are left out."""
+    values = []
+    before = expected_shortfall(held, owed, p)
+    for k in range(1, most + 1):
+        after = expected_shortfall(held + k, owed, p)
+        value = round(loss * (before - after), 2)
+        if value < 0.01:
+            break
+        values.append(value)
+        before = after
+    return values
+
+
 def blocks_to_hold(owed: int, p: float, confidence: float) -> int:
     """The fewest blocks to hold so that ``owed`` of them survive with probability at least
     ``confidence`` (``owed`` itself when ``p`` is 0; capped at :data:`MAX_HOLD`)."""

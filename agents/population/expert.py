@@ -16,7 +16,7 @@ from agents.population.common import (
     shade,
     unit_limit,
 )
-from agents.population.delivery_risk import blocks_to_hold, deliverable, failure_rate_at, owed
+from agents.population.delivery_risk import cover_values, deliverable, failure_rate_at, owed
 from agents.population.planning import MarketMemory, Plan, plan_jobs, reduce_demand
 from agents.scripted import MAX_INVITEES, WAIT, affordable
 from market.core.actions import (
@@ -89,10 +89,10 @@ class RuleExpert(StatefulAgent):
     blocks fail with the probability ``p_t`` it reads from the observation and the shocks it
     knows of. It sells forward for round ``t`` only as many spare blocks as it delivers, together
     with what it already owes then, with probability at least ``confidence`` (0.95), and it never
-    sells short. In the round a forward sale is due it buys cover: it bids for the blocks it must
-    hold beyond its holdings for what it owes to survive with that probability, each worth the
-    price per block it would refund plus the withdrawal penalty and the compensation it would
-    owe, times the chance ``1 - p`` that the block survives.
+    sells short. In the round a forward sale is due it buys cover: each block beyond its holdings
+    is worth the drop in the expected cost of being short that it buys (a missing block costs
+    the refund of its price, the withdrawal penalty and any compensation), so it bids for cover
+    only while that drop is worth something.
     """
 
     name = "rule_expert"
@@ -231,18 +231,21 @@ class RuleExpert(StatefulAgent):
         return schedule(values + self._cover(obs), obs)
 
     def _cover(self, obs: Observation) -> list[float]:
-        """Bids for the blocks it must hold beyond its holdings to deliver what it owes now."""
+        """Bids for blocks beyond its holdings that lower the expected cost of being short on
+        what it owes this round (:func:`cover_values`)."""
         blocks, price = owed(obs, obs.round)
         if not self.hedge or not blocks:
             return []
         p = failure_rate_at(obs, obs.round)
-        extra = blocks_to_hold(blocks, p, self.confidence) - (obs.holdings or [0])[0]
-        if extra <= 0:
-            return []
         d = obs.delivery
-        comp = d.breach_compensation if d is not None else 0.0
+        short_sold = any(
+            c.short
+            for c in obs.contracts or ()
+            if c.seller == obs.seat and c.delivery_round == obs.round
+        )
+        comp = d.breach_compensation if d is not None and short_sold else 0.0
         loss = price / blocks * (1.0 + comp) + obs.mechanism.withdrawal_penalty
-        return [round(loss * (1.0 - p), 2)] * min(extra, MAX_COVER)
+        return cover_values((obs.holdings or [0])[0], blocks, p, loss, MAX_COVER)
 
     def _propose(self, obs: Observation, plan: Plan) -> ActionModel | None:
         short = next(

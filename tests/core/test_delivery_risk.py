@@ -15,7 +15,9 @@ import market
 from agents.population import (
     ShortSeller,
     blocks_to_hold,
+    cover_values,
     deliverable,
+    expected_shortfall,
     survive_at_least,
 )
 from agents.registry import make_agent
@@ -323,6 +325,14 @@ def test_risk_arithmetic_by_hand() -> None:
     assert deliverable(5, 4, 0.2, 0.95) == 0
     assert blocks_to_hold(3, 0.2, 0.95) == 6  # P(Bin(5,.8)>=3)=.942, P(Bin(6,.8)>=3)=.983
     assert blocks_to_hold(3, 0.0, 0.95) == 3
+    # owing 2 with 2 held at p = 0.2: short 2 w.p. 0.04, short 1 w.p. 2 x 0.8 x 0.2 = 0.32
+    assert expected_shortfall(2, 2, 0.2) == pytest.approx(0.04 * 2 + 0.32)
+    # with 3 held: short 2 w.p. 0.008, short 1 w.p. 3 x 0.8 x 0.04 = 0.096
+    assert expected_shortfall(3, 2, 0.2) == pytest.approx(0.016 + 0.096)
+    values = cover_values(2, 2, 0.2, 10.0, 5)
+    assert values[0] == pytest.approx(round(10.0 * (0.4 - 0.112), 2))
+    assert values == sorted(values, reverse=True) and len(values) <= 5
+    assert cover_values(2, 2, 0.0, 10.0, 5) == []  # nothing fails: no cover is worth anything
 
 
 def test_short_seller_sells_short_and_the_schema_and_mask_know_short_sales() -> None:
