@@ -46,6 +46,7 @@ def test_population_is_every_scripted_bidder_but_the_expert() -> None:
         "exploiter",
         "greedy_hoarder",
         "no_negotiation",
+        "short_seller",
     } == set(members)
     assert bidder_scenarios() == builtin_names()  # every built-in scenario has bidder_0
 
