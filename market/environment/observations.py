@@ -48,6 +48,7 @@ class OfferView(_View):
     expires_round: int
     status: str
     message: str | None = None
+    short: bool = False  # a short forward sale: the seller may not own the blocks yet
 
 
 class ContractView(_View):

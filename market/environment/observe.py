@@ -278,6 +278,7 @@ def offer_view(world: World, o: Offer) -> OfferView:
         expires_round=o.expires_round,
         status=o.status,
         message=o.message,
+        short=o.short,
     )
 
 
