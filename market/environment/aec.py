@@ -120,6 +120,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.prices: list[float] = []
         self.orders = RoundOrders()
         self._potential = np.zeros(sc.n_seats)
+        self._exit_breaches: list[execution.Breach] = []  # logged with the round's summary
         self.initial_credits = sum(lab.budget for lab in self.world.labs)
         self.agents = [DESIGNER] if sc.designer_seat else []
         self.rewards: dict[str, float] = {}
@@ -271,6 +272,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             self.world, self.book, self.coalitions, i, self.round, self.mechanism, voluntary
         )
         self._lab_rewards(e for breach in breaches for e in breach_rewards(breach))
+        self._exit_breaches += breaches
         self._lab_rewards((i, "withdrawal_penalty", -penalty) for penalty in penalties)
         delta = sum(j.potential() for j in lab.jobs) - self._potential[i]
         self._potential[i] += delta
@@ -357,6 +359,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         close = close_round(self, self._potential)
         self._lab_rewards(close.rewards)
         result, parts = close.result, close.parts
+        result.breaches[:0] = self._exit_breaches  # contracts settled when a party left
+        self._exit_breaches = []
         for name, value in parts.items():
             self.designer_history[name].append(value)
         if DESIGNER in self.rewards:
