@@ -165,17 +165,19 @@ class DeliverySpec(_Strict):
     every block a lab holds for ``r`` fails independently with probability
     ``p_r = min(1, owned_failure_rate + outage_exposure x outage_r + reliability_exposure x
     drop_r)``, where ``outage_r`` is the share of round ``r``'s base capacity that outages took
-    and ``drop_r`` how far reliability fell below ``capacity.reliability``.
+    and ``drop_r`` how far reliability fell below ``capacity.reliability``. Every rate defaults
+    to 0 (owned blocks never fail) so a scenario opts in; ``coalition_market`` and
+    ``shock_storm`` do.
     """
 
     owned_failure_rate: float = Field(
         0.0, ge=0.0, le=1.0, description="Base probability an owned block fails in its round."
     )
     outage_exposure: float = Field(
-        0.5, ge=0.0, le=1.0, description="Failure probability per unit of capacity lost to outages."
+        0.0, ge=0.0, le=1.0, description="Failure probability per unit of capacity lost to outages."
     )
     reliability_exposure: float = Field(
-        0.5, ge=0.0, le=1.0, description="Failure probability per unit of reliability drop."
+        0.0, ge=0.0, le=1.0, description="Failure probability per unit of reliability drop."
     )
     short_sales: bool = Field(
         True,

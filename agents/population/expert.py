@@ -89,7 +89,8 @@ class RuleExpert(StatefulAgent):
     blocks fail with the probability ``p_t`` it reads from the observation and the shocks it
     knows of. It sells forward for round ``t`` only as many spare blocks as it delivers, together
     with what it already owes then, with probability at least ``confidence`` (0.95), and it never
-    sells short. In the round a forward sale is due it buys cover: each block beyond its holdings
+    sells short. A block it bids for now is worth its value times ``1 - p`` (it must survive the
+    round's close to run). In the round a forward sale is due it buys cover: each block beyond its holdings
     is worth the drop in the expected cost of being short that it buys (a missing block costs
     the refund of its price, the withdrawal penalty and any compensation), so it bids for cover
     only while that drop is worth something.
@@ -228,6 +229,9 @@ class RuleExpert(StatefulAgent):
 
     def _own_bid(self, obs: Observation, plan: Plan) -> Bid:
         values = reduce_demand(shade(plan.bid_values, obs, self.values), obs, plan)
+        if self.hedge:  # a block bought now survives to run only with probability 1 - p
+            survive = 1.0 - failure_rate_at(obs, obs.round)
+            values = [round(v * survive, 6) for v in values]
         return schedule(values + self._cover(obs), obs)
 
     def _cover(self, obs: Observation) -> list[float]:

@@ -140,7 +140,12 @@ def test_collateral_rule() -> None:
 
 def test_failure_rate_rule() -> None:
     """p_r = base + outage_exposure x capacity share lost + reliability_exposure x drop."""
-    env = make_env(rounds=3, delivery__owned_failure_rate=0.05)
+    env = make_env(
+        rounds=3,
+        delivery__owned_failure_rate=0.05,
+        delivery__outage_exposure=0.5,
+        delivery__reliability_exposure=0.5,
+    )
     env.reset(seed=0)
     w = env.world
     w.base_capacity[:] = 10
