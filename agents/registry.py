@@ -29,6 +29,7 @@ from agents.population import (
     RuleDesigner,
     RuleExpert,
     ShaderBidder,
+    ShortSeller,
 )
 from agents.scripted import (
     AlwaysAcceptBidder,
@@ -65,6 +66,7 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
         RuleDesigner,
         DaedalusRobustDesigner,
         *ARCHETYPES,
+        ShortSeller,
     )
 }
 # agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not

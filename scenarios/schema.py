@@ -157,6 +157,54 @@ class ShockRates(_Strict):
     )
 
 
+class DeliverySpec(_Strict):
+    """Delivery risk (docs/world.md, Delivery risk): owned blocks that fail, short forward sales
+    and their collateral.
+
+    At the close of round ``r``, after the auction and before forward contracts are delivered,
+    every block a lab holds for ``r`` fails independently with probability
+    ``p_r = min(1, owned_failure_rate + outage_exposure x outage_r + reliability_exposure x
+    drop_r)``, where ``outage_r`` is the share of round ``r``'s base capacity that outages took
+    and ``drop_r`` how far reliability fell below ``capacity.reliability``. Every rate defaults
+    to 0 (owned blocks never fail) so a scenario opts in; ``coalition_market`` and
+    ``shock_storm`` do.
+    """
+
+    owned_failure_rate: float = Field(
+        0.0, ge=0.0, le=1.0, description="Base probability an owned block fails in its round."
+    )
+    outage_exposure: float = Field(
+        0.0, ge=0.0, le=1.0, description="Failure probability per unit of capacity lost to outages."
+    )
+    reliability_exposure: float = Field(
+        0.0, ge=0.0, le=1.0, description="Failure probability per unit of reliability drop."
+    )
+    short_sales: bool = Field(
+        True,
+        description="Whether a lab may sell forward blocks it does not own (send_offer short).",
+    )
+    collateral_fraction: float = Field(
+        1.5, ge=0.0, le=100.0, description="Collateral per short block, as a fraction of its price."
+    )
+    collateral_per_block: float = Field(
+        0.0, ge=0.0, le=1e6, description="Fixed collateral per short block, in credits."
+    )
+    breach_compensation: float = Field(
+        0.5,
+        ge=0.0,
+        le=100.0,
+        description="On breach the buyer gets this fraction of the missing blocks' price on top of "
+        "the refund, paid out of the contract's collateral only.",
+    )
+    default_compensation: float = Field(
+        10.0,
+        ge=0.0,
+        le=1e6,
+        description="Credits per pledged block a coalition member fails to deliver, paid out of its "
+        "pool balance to the members the shortfall cut.",
+    )
+
+
 class RewardSpec(_Strict):
     value_unit: float = Field(100.0, gt=0.0, description="Credits per reward unit for labs.")
     invalid_action_penalty: float = Field(
@@ -215,6 +263,7 @@ class Scenario(_Strict):
     mechanism: Mechanism = Mechanism()
     shocks: list[ShockSpec] = Field(default_factory=list)
     shock_rates: ShockRates = ShockRates()
+    delivery: DeliverySpec = DeliverySpec()
     rewards: RewardSpec = RewardSpec()
     agents: AgentsSpec = AgentsSpec()
     judge: str = Field(

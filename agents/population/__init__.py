@@ -2,7 +2,8 @@
 
 DAEDALUS bidders: ``shader``, ``colluder``, ``dropout``, ``exploiter``. GPU-arena baselines:
 ``greedy_hoarder``, ``no_negotiation`` (``random_valid`` and ``always_accept`` live in
-:mod:`agents.scripted`). Experts: ``rule_expert`` (bidder) and ``rule_designer`` (designer).
+:mod:`agents.scripted`). Experts: ``rule_expert`` (bidder) and ``rule_designer`` (designer). Delivery risk:
+``short_seller`` (sells forward blocks it does not own).
 
 Ground rules shared by every class here:
 
@@ -17,8 +18,8 @@ Ground rules shared by every class here:
 
 The package's modules: :mod:`~agents.population.common` (shared bidding helpers),
 ``baselines`` (the simple strategic bidders), ``planning`` (the rule expert's valuation),
-``expert`` (``rule_expert``) and ``designers`` (``rule_designer``); every public name is
-re-exported here.
+``expert`` (``rule_expert``), ``delivery_risk`` (failure arithmetic and ``short_seller``) and
+``designers`` (``rule_designer``); every public name is re-exported here.
 
 Spec parameters arrive as strings (``colluder?partners=bidder_1,bidder_2&adapt=false``); each
 constructor converts and checks them.
@@ -57,6 +58,15 @@ from agents.population.common import (
     shade,
     unit_limit,
 )
+from agents.population.delivery_risk import (
+    ShortSeller,
+    blocks_to_hold,
+    cover_values,
+    deliverable,
+    expected_shortfall,
+    failure_rate_at,
+    survive_at_least,
+)
 from agents.population.designers import (
     DAEDALUS_ROBUST,
     DaedalusRobustDesigner,
@@ -87,6 +97,7 @@ POPULATION: tuple[type[BaseAgent], ...] = (
     RuleExpert,
     RuleDesigner,
     *ARCHETYPES,
+    ShortSeller,
 )
 
 __all__ = [
@@ -112,13 +123,19 @@ __all__ = [
     "DAEDALUS_ROBUST",
     "RuleExpert",
     "ShaderBidder",
+    "ShortSeller",
     "StatefulAgent",
     "ValueRange",
     "as_count",
     "auctioned_blocks",
+    "blocks_to_hold",
+    "cover_values",
     "credits_down",
+    "deliverable",
     "equilibrium_bid",
     "expected_price",
+    "expected_shortfall",
+    "failure_rate_at",
     "known_reserve",
     "last_price",
     "plan_jobs",
@@ -127,5 +144,6 @@ __all__ = [
     "schedule",
     "shade",
     "slack",
+    "survive_at_least",
     "unit_limit",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from agents.base import as_flag
 from agents.population.common import (
     StatefulAgent,
     ValueRange,
@@ -15,6 +16,7 @@ from agents.population.common import (
     shade,
     unit_limit,
 )
+from agents.population.delivery_risk import cover_values, deliverable, failure_rate_at, owed
 from agents.population.planning import MarketMemory, Plan, plan_jobs, reduce_demand
 from agents.scripted import MAX_INVITEES, WAIT, affordable
 from market.core.actions import (
@@ -28,6 +30,8 @@ from market.core.actions import (
     SendOffer,
 )
 from market.environment import CoalitionView, Observation
+
+MAX_COVER = 20  # most cover blocks it bids for in one round
 
 # ------------------------------------------------------------------------------------------
 # Rule expert
@@ -80,10 +84,30 @@ class RuleExpert(StatefulAgent):
 
     It honours commitments: it never leaves a coalition early, never sells blocks a pursued job
     needs and never sells forward more than it owns.
+
+    Delivery risk (:mod:`agents.population.delivery_risk`; off with ``hedge=false``): owned
+    blocks fail with the probability ``p_t`` it reads from the observation and the shocks it
+    knows of. It sells forward for round ``t`` only as many spare blocks as it delivers, together
+    with what it already owes then, with probability at least ``confidence`` (0.95), and it never
+    sells short. A block it bids for now is worth its value times ``1 - p`` (it must survive the
+    round's close to run). In the round a forward sale is due it buys cover: each block beyond its holdings
+    is worth the drop in the expected cost of being short that it buys (a missing block costs
+    the refund of its price, the withdrawal penalty and any compensation), so it bids for cover
+    only while that drop is worth something.
     """
 
     name = "rule_expert"
     PURPOSE = "buying club"
+
+    def __init__(self, hedge: bool | str = True, confidence: float | str = 0.95) -> None:
+        self.hedge = as_flag(hedge, "hedge")
+        try:
+            self.confidence = float(confidence)
+        except (TypeError, ValueError):
+            raise ValueError(f"confidence must be a number, got {confidence!r}") from None
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+        super().__init__()
 
     def clear(self) -> None:
         self.memory = MarketMemory()
@@ -176,6 +200,16 @@ class RuleExpert(StatefulAgent):
         ask = self._market_price(obs, plan)
         for t in sorted(plan.spare):
             blocks = plan.spare[t]
+            if self.hedge and t > obs.round:  # forward: only what it delivers with confidence
+                held = (
+                    (obs.holdings or [])[t - obs.round]
+                    if t - obs.round < len(obs.holdings or [])
+                    else 0
+                )
+                blocks = min(
+                    blocks,
+                    deliverable(held, owed(obs, t)[0], failure_rate_at(obs, t), self.confidence),
+                )
             if blocks <= 0:
                 continue
             for other in others:
@@ -194,7 +228,28 @@ class RuleExpert(StatefulAgent):
         return None
 
     def _own_bid(self, obs: Observation, plan: Plan) -> Bid:
-        return schedule(reduce_demand(shade(plan.bid_values, obs, self.values), obs, plan), obs)
+        values = reduce_demand(shade(plan.bid_values, obs, self.values), obs, plan)
+        if self.hedge:  # a block bought now survives to run only with probability 1 - p
+            survive = 1.0 - failure_rate_at(obs, obs.round)
+            values = [round(v * survive, 6) for v in values]
+        return schedule(values + self._cover(obs), obs)
+
+    def _cover(self, obs: Observation) -> list[float]:
+        """Bids for blocks beyond its holdings that lower the expected cost of being short on
+        what it owes this round (:func:`cover_values`)."""
+        blocks, price = owed(obs, obs.round)
+        if not self.hedge or not blocks:
+            return []
+        p = failure_rate_at(obs, obs.round)
+        d = obs.delivery
+        short_sold = any(
+            c.short
+            for c in obs.contracts or ()
+            if c.seller == obs.seat and c.delivery_round == obs.round
+        )
+        comp = d.breach_compensation if d is not None and short_sold else 0.0
+        loss = price / blocks * (1.0 + comp) + obs.mechanism.withdrawal_penalty
+        return cover_values((obs.holdings or [0])[0], blocks, p, loss, MAX_COVER)
 
     def _propose(self, obs: Observation, plan: Plan) -> ActionModel | None:
         short = next(

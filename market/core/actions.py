@@ -185,7 +185,9 @@ class SendOffer(_Action):
 
     Credits move when the offer is accepted. Blocks of the current round move then too (the seller
     must own them); blocks of a later round are a forward contract delivered at that round, and a
-    seller short of blocks then is in breach (refund plus withdrawal penalty).
+    seller short of blocks then is in breach (refund plus withdrawal penalty). With ``short`` a
+    forward seller may sell blocks it does not own yet, backed by collateral (docs/world.md,
+    Delivery risk).
     """
 
     action_type: Literal["send_offer"] = "send_offer"
@@ -202,6 +204,13 @@ class SendOffer(_Action):
     message: Text | None = None
     conditions: Conditions = Field(
         None, description="Optional free-form terms: recorded, not enforced by the market."
+    )
+    # --- delivery risk (market.core.delivery) ---
+    short: bool = Field(
+        False,
+        description="Sell forward blocks you do not own yet (sell offers for a later round only): "
+        "collateral is taken from your budget at acceptance; at delivery you must hold the "
+        "blocks or you breach.",
     )
 
 
@@ -252,6 +261,14 @@ class FormCoalition(_Action):
     )
     split: CoalitionSplit = "proportional"
     term_rounds: int = Field(1, ge=1, le=1000)
+    # --- delivery risk (market.core.pledges) ---
+    pledge_blocks: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Blocks you commit to the pool in each round of the term (from the blocks you "
+        "hold then); the pool shares pledged blocks by need. Short of them, you default.",
+    )
 
 
 class CommitToCoalition(_Action):
@@ -259,6 +276,13 @@ class CommitToCoalition(_Action):
     coalition_id: str
     contribution: float = Field(
         0.0, ge=0.0, le=1e9, validation_alias=_alias("contribution", "payment")
+    )
+    # --- delivery risk (market.core.pledges) ---
+    pledge_blocks: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Blocks you commit to the pool in each round of the term (see form_coalition).",
     )
 
 

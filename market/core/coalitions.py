@@ -46,6 +46,7 @@ class Coalition:
     balances: dict[int, float] = field(default_factory=dict)  # pool escrow per member
     contributed: dict[int, float] = field(default_factory=dict)
     status: Literal["proposed", "active", "dissolved"] = "proposed"
+    pledges: dict[int, int] = field(default_factory=dict)  # blocks per term round (pledges.py)
 
     @property
     def pool(self) -> float:
@@ -108,6 +109,8 @@ def handle_form(
     book.next_id += 1
     coalition.members.append(me)
     _escrow(world, coalition, me, action.contribution)
+    if action.pledge_blocks:
+        coalition.pledges[me] = action.pledge_blocks
     book.coalitions[coalition.coalition_id] = coalition
     return coalition
 
@@ -125,6 +128,8 @@ def handle_commit(
     if me not in coalition.invited:
         raise ActionError(f"you are not invited to {coalition.coalition_id}")
     _escrow(world, coalition, me, action.contribution)
+    if action.pledge_blocks:
+        coalition.pledges[me] = action.pledge_blocks
     coalition.invited.discard(me)
     coalition.members.append(me)
     if len(coalition.members) >= 2:
@@ -169,6 +174,7 @@ def handle_leave(
             0.0, world.labs[me].reputation - COALITION_EXIT_REPUTATION_LOSS
         )
     _refund(world, coalition, me)
+    coalition.pledges.pop(me, None)
     coalition.members.remove(me)
     if coalition.leader == me and coalition.members:
         coalition.leader = coalition.members[0]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from market.core.ledger import move_blocks, pay_operator, transfer_credits
+from market.core.ledger import move_blocks, pay_operator, release_collateral, transfer_credits
 from market.core.negotiation import Book, Contract
 from market.core.penalties import BREACH_REPUTATION_LOSS
 from market.core.world import Job, World
@@ -20,17 +20,23 @@ from market.core.world import Job, World
 
 @dataclass(slots=True)
 class Breach:
+    """A forward contract delivered short by ``shortfall`` blocks: the buyer's ``refund`` and
+    ``compensation`` (the latter out of collateral only) and the seller's ``penalty``."""
+
     contract: Contract
     shortfall: int
     refund: float
     penalty: float
+    compensation: float = 0.0
 
 
 def deliver_contract(world: World, contract: Contract, withdrawal_penalty: float) -> Breach | None:
     """Deliver one forward contract from the seller's holdings for its delivery round.
 
-    A seller short by s of b blocks refunds price x s/b (as far as its budget allows), pays the
-    withdrawal penalty per missing block to the operator, and loses reputation.
+    A seller short by s of b blocks refunds price x s/b (out of the contract's collateral first,
+    then its budget as far as it allows), pays the buyer the contract's compensation (rate x
+    price x s/b, out of what is left of the collateral only), pays the withdrawal penalty per
+    missing block to the operator and loses reputation. The rest of the collateral comes back.
     """
     seller, buyer, when = contract.seller, contract.buyer, contract.delivery_round
     owned = int(world.holdings[seller, when])
@@ -38,14 +44,27 @@ def deliver_contract(world: World, contract: Contract, withdrawal_penalty: float
     move_blocks(world, seller, buyer, when, delivered)
     contract.delivered = delivered
     shortfall = contract.blocks - delivered
+    held = contract.collateral
     if not shortfall:
+        if held > 0:
+            release_collateral(world, seller, held)
         return None
     lab = world.labs[seller]
-    refund = min(contract.price * shortfall / contract.blocks, max(0.0, lab.budget))
-    transfer_credits(world, seller, buyer, refund)
+    due = contract.price * shortfall / contract.blocks
+    from_collateral = min(due, held)
+    if from_collateral > 0:
+        release_collateral(world, buyer, from_collateral)
+    refund = from_collateral + min(due - from_collateral, max(0.0, lab.budget))
+    if refund > from_collateral:
+        transfer_credits(world, seller, buyer, refund - from_collateral)
+    compensation = min(contract.compensation_rate * due, held - from_collateral)
+    if compensation > 0:
+        release_collateral(world, buyer, compensation)
+    if held - from_collateral - compensation > 0:
+        release_collateral(world, seller, held - from_collateral - compensation)
     penalty = pay_operator(world, seller, withdrawal_penalty * shortfall)
     lab.reputation = max(0.0, lab.reputation - BREACH_REPUTATION_LOSS * shortfall / contract.blocks)
-    return Breach(contract, shortfall, refund, penalty)
+    return Breach(contract, shortfall, refund, penalty, max(0.0, compensation))
 
 
 def settle_contracts(world: World, book: Book, now: int, withdrawal_penalty: float) -> list[Breach]:

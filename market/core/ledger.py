@@ -9,7 +9,9 @@ credits another by the same amount, so conservation holds by construction:
   budgets + ``world.external_credits`` (the only source and sink outside the market: windfalls
   are minted, budget cuts burnt);
 - blocks: ``holdings[:, r]`` sums to the endowments for round ``r`` plus
-  ``world.blocks_issued[r]``, and the operator issues at most ``capacity[r]``.
+  ``world.blocks_issued[r]`` minus ``world.blocks_failed[r]``, and the operator issues at most
+  ``capacity[r]``;
+- collateral of short forward sales sits in ``world.collateral_held`` (counted with the credits).
 
 The arithmetic (operands and their order) is the one the env has always used, so episodes replay
 bit for bit; keep it so.
@@ -104,3 +106,33 @@ def move_blocks(world: World, seller: int, buyer: int, round_: int, blocks: int)
     seller holds them."""
     world.holdings[seller, round_] -= blocks
     world.holdings[buyer, round_] += blocks
+
+
+# --- delivery risk: failed blocks and short-sale collateral (market.core.delivery) ----------
+def fail_blocks(world: World, lab: int, round_: int, blocks: int) -> None:
+    """``blocks`` of a lab's blocks for ``round_`` fail: they leave the market (booked in
+    ``world.blocks_failed``); callers check the lab holds them."""
+    world.holdings[lab, round_] -= blocks
+    world.blocks_failed[round_] += blocks
+
+
+def post_collateral(world: World, lab: int, amount: float) -> None:
+    """A short seller posts ``amount`` of its budget as collateral (escrow it cannot spend)."""
+    world.labs[lab].budget -= amount
+    world.collateral_held += amount
+
+
+def release_collateral(world: World, lab: int, amount: float) -> None:
+    """Collateral (``amount``, at most what the lab posted) goes to lab ``lab``: back to the
+    seller, or to the buyer of a breached contract."""
+    world.collateral_held -= amount
+    world.labs[lab].budget += amount
+
+
+def pay_from_escrow(
+    world: World, balances: dict[int, float], payer: int, payee: int, amount: float
+) -> None:
+    """A coalition member's pool balance pays ``amount`` (at most the balance) to lab ``payee``'s
+    budget: the compensation of a pledge default (market.core.pledges)."""
+    balances[payer] = balances.get(payer, 0.0) - amount
+    world.labs[payee].budget += amount

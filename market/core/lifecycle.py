@@ -54,8 +54,8 @@ def retire_lab(
     voluntary: bool,
 ) -> tuple[list[execution.Breach], list[float]]:
     """Lab ``lab_index`` leaves (finish or exit shock): live jobs settle now, its offers void, the
-    forward contracts it sold are delivered or breached, and it leaves its coalitions (pools
-    refund). Returns the breaches and the coalition-exit penalties, in order."""
+    forward contracts it sold or bought are delivered or breached now, and it leaves its
+    coalitions (pools refund). Returns the breaches and the coalition-exit penalties, in order."""
     lab = world.labs[lab_index]
     lab.active = False
     lab.exit_round = now
@@ -65,10 +65,11 @@ def retire_lab(
             job.realized = job.unit_value * job.progress if job.partial_credit else 0.0
     negotiation.void_offers_of(book, lab_index)
     # forward contracts it sold settle now, while its seat can still be charged: it delivers
-    # what it holds for the delivery round and is in breach for the rest (as at delivery)
+    # what it holds for the delivery round and is in breach for the rest (as at delivery); so do
+    # those it bought, while its seat can still be paid a refund or compensation
     breaches = []
     for contract in book.contracts:
-        if contract.seller == lab_index and contract.delivered < 0:
+        if lab_index in (contract.seller, contract.buyer) and contract.delivered < 0:
             breach = execution.deliver_contract(world, contract, mechanism.withdrawal_penalty)
             if breach is not None:
                 breaches.append(breach)

@@ -19,10 +19,12 @@ from market.core.actions import (
     SendMessage,
     SendOffer,
 )
-from market.core.ledger import ActionError, move_blocks, transfer_credits
+from market.core.delivery import check_short_sale, collateral, short_part
+from market.core.ledger import ActionError, move_blocks, post_collateral, transfer_credits
 from market.core.reservations import Reservations
 from market.core.seats import bidder_seat, is_bidder_seat, lab_index
 from market.core.world import World
+from scenarios.schema import DeliverySpec
 
 OfferStatus = Literal["open", "accepted", "rejected", "countered", "expired", "void", "withdrawn"]
 MAX_OPEN_OFFERS = 16
@@ -43,6 +45,7 @@ class Offer:
     status: OfferStatus = "open"
     message: str | None = None
     countered_from: str | None = None
+    short: bool = False  # a short forward sale (market.core.delivery)
 
     @property
     def seller(self) -> int:
@@ -64,6 +67,10 @@ class Contract:
     price: float
     delivery_round: int
     delivered: int = -1  # -1 until settled
+    # delivery risk (market.core.delivery): blocks sold short, their collateral, compensation
+    short: int = 0
+    collateral: float = 0.0
+    compensation_rate: float = 0.0
 
 
 @dataclass(slots=True)
@@ -95,6 +102,7 @@ class Book:
     next_offer: int = 0
     next_contract: int = 0
     reserved: Reservations = field(default_factory=Reservations)  # blocks set aside, not for sale
+    delivery: DeliverySpec = field(default_factory=DeliverySpec)  # short-sale rules
 
     def open_offers_of(self, lab: int) -> int:
         return sum(1 for o in self.offers.values() if o.status == "open" and o.sender == lab)
@@ -150,6 +158,33 @@ def _check_can_deliver(
         )
 
 
+def _check_short(
+    world: World,
+    book: Book,
+    seller: int,
+    blocks: int,
+    price: float,
+    delivery: int,
+    now: int,
+    who: str,
+) -> None:
+    # reserved blocks are not for sale: a short sale counts them as spoken for
+    committed = book.committed(seller, delivery) + book.reserved.blocks(seller, delivery)
+    check_short_sale(world, book.delivery, seller, blocks, price, delivery, now, committed, who)
+
+
+def _post_short_collateral(world: World, book: Book, contract: Contract) -> None:
+    """A short sale just paid for: its uncovered blocks' collateral leaves the seller's budget."""
+    seller, when = contract.seller, contract.delivery_round
+    # the new contract is not in the book yet; reserved blocks are spoken for
+    committed = book.committed(seller, when) + book.reserved.blocks(seller, when)
+    contract.short = short_part(int(world.holdings[seller, when]), committed, contract.blocks)
+    contract.collateral = collateral(book.delivery, contract.price, contract.blocks, contract.short)
+    contract.compensation_rate = book.delivery.breach_compensation if contract.short else 0.0
+    if contract.collateral > 0:
+        post_collateral(world, seller, contract.collateral)
+
+
 def _check_can_pay(world: World, buyer: int, price: float, who: str) -> None:
     if world.labs[buyer].budget + 1e-9 < price:
         raise ActionError(
@@ -171,7 +206,10 @@ def handle_send_offer(
         raise ActionError(
             f"you already have {MAX_OPEN_OFFERS} open offers; wait for replies or withdraw one with reject_offer"
         )
-    if action.side == "sell":
+    short = action.side == "sell" and action.short
+    if short:
+        _check_short(world, book, me, action.blocks, action.price, delivery, now, "you")
+    elif action.side == "sell":
         _check_can_deliver(world, book, me, action.blocks, delivery, now, "you")
     else:
         _check_can_pay(world, me, action.price, "you")
@@ -186,6 +224,7 @@ def handle_send_offer(
         created_round=now,
         expires_round=min(delivery, now + action.expires_in - 1),
         message=action.message,  # never open past delivery
+        short=short,
     )
     book.next_offer += 1
     book.offers[offer.offer_id] = offer
@@ -286,6 +325,17 @@ def handle_accept(
     try:
         if acceptor_role == "seller":
             _check_can_pay(world, buyer, offer.price, "the sender")
+        elif offer.short:
+            _check_short(
+                world,
+                book,
+                seller,
+                offer.blocks,
+                offer.price,
+                offer.delivery_round,
+                now,
+                "the sender",
+            )
         else:
             _check_can_deliver(
                 world, book, seller, offer.blocks, offer.delivery_round, now, "the sender"
@@ -302,6 +352,8 @@ def handle_accept(
         contract = Contract(
             f"k{book.next_contract}", seller, buyer, offer.blocks, offer.price, offer.delivery_round
         )
+        if offer.short:
+            _post_short_collateral(world, book, contract)
         book.next_contract += 1
         book.contracts.append(contract)
     return offer, contract

@@ -7,6 +7,7 @@ reputation losses are rules of the market and never change within or between epi
 from __future__ import annotations
 
 #: a seller short by ``s`` of ``b`` blocks on a forward contract loses ``BREACH_REPUTATION_LOSS * s / b``
+#: (and so does a coalition member short by ``s`` of the ``b`` blocks it pledged to the pool)
 BREACH_REPUTATION_LOSS = 0.05
 #: a lab leaving an active coalition before its term ends loses this much
 COALITION_EXIT_REPUTATION_LOSS = 0.1

@@ -2,7 +2,8 @@
 
 Labs (reward units = credits / ``value_unit``): ``job_value`` (change of the job potential: value
 x progress/size while live, the realised value once settled), ``auction_payments``,
-``trade_balance``, ``shill_penalty``, ``withdrawal_penalty``, ``collusion_penalty`` (credits
+``trade_balance``, ``shill_penalty``, ``withdrawal_penalty``, ``collusion_penalty``,
+``breach_compensation`` (paid out of a short seller's collateral to the buyer it failed; credits
 actually moved) and two shaping terms, ``invalid_action`` and ``talk_cost``. Talk earns nothing by
 itself: offers, proposals, messages and pitches only cost ``talk_cost``; what they lead to pays.
 
@@ -26,6 +27,7 @@ LAB_COMPONENTS: tuple[str, ...] = (
     "shill_penalty",
     "withdrawal_penalty",
     "collusion_penalty",
+    "breach_compensation",
     "invalid_action",
     "talk_cost",
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 # ids are part of the episode's definition (golden transcripts depend on them): never renumber
-_STREAM_IDS = {"world": 0, "shocks": 1, "clearing": 3, "seat": 5}
+_STREAM_IDS = {"world": 0, "shocks": 1, "clearing": 3, "seat": 5, "failures": 7}
 
 
 class RngStreams:
@@ -19,7 +19,7 @@ class RngStreams:
         self.entropy = np.random.SeedSequence(seed).entropy
 
     def stream(self, name: str, *keys: int) -> np.random.Generator:
-        """The generator for ``name``: world, shocks (drawn at reset), clearing (per round: tie-breaks, then execution failures; posted-price lotteries use key 1) or seat."""
+        """The generator for ``name``: world, shocks (drawn at reset), clearing (per round: tie-breaks, then execution failures; posted-price lotteries use key 1), failures (per round and lab: owned blocks that fail, see market.core.delivery) or seat."""
         seq = np.random.SeedSequence(self.entropy, spawn_key=(_STREAM_IDS[name], *keys))
         return np.random.Generator(np.random.PCG64(seq))
 

@@ -1,5 +1,5 @@
-"""The end of a round, after the last bid: clearing, contract deliveries, execution, job
-settlement and the designer's metrics, with the labs' rewards in the order they accrue.
+"""The end of a round, after the last bid: clearing, owned-block failures, contract deliveries,
+execution, job settlement and the designer's metrics, with the labs' rewards in the order they accrue.
 
 One generator per round: the tie-break priority is drawn first (a fixed number of draws), then
 execution failures, so neither depends on what agents did. Only ``posted_price`` draws a lottery.
@@ -16,10 +16,12 @@ from market.core import execution
 from market.core.bidding import RoundOrders
 from market.core.coalitions import CoalitionBook
 from market.core.collusion import InteractionGraph
+from market.core.delivery import fail_owned_blocks
 from market.core.designer_metrics import bidding_labs, demand, designer_parts
 from market.core.judge import Judge, JudgeHistory
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import Book
+from market.core.pledges import settle_pledges
 from market.core.production import run_round_blocks
 from market.core.reservations import with_reserved_jobs
 from market.core.rewards import optimal_welfare
@@ -45,12 +47,15 @@ class RoundClose:
 
 
 def breach_rewards(breach: execution.Breach) -> list[RewardEvent]:
-    """The seller's penalty and refund and the buyer's refund for a breached contract."""
+    """The seller's penalty, refund and compensation and the buyer's refund and compensation
+    for a breached contract."""
     seller, buyer = breach.contract.seller, breach.contract.buyer
     return [
         (seller, "withdrawal_penalty", -breach.penalty),
         (seller, "trade_balance", -breach.refund),
         (buyer, "trade_balance", breach.refund),
+        (seller, "breach_compensation", -breach.compensation),
+        (buyer, "breach_compensation", breach.compensation),
     ]
 
 
@@ -120,7 +125,20 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
         ("collusion_penalty", result.collusion),
     ):
         rewards += [(lab, component, -amount) for lab, amount in amounts.items()]
-    for breach in execution.settle_contracts(world, m.book, now, mechanism.withdrawal_penalty):
+    # owned blocks fail after the auction and before deliveries (market.core.delivery)
+    result.failures = fail_owned_blocks(
+        world, m.streams, m.scenario.delivery, m.scenario.capacity.reliability, now
+    )
+    # coalition pledges settle next (a default can cut members short), then contracts deliver
+    result.pools = settle_pledges(world, m.coalitions, now, m.scenario.delivery)
+    for pool in result.pools:
+        for (payer, payee), credits in pool.compensation.items():
+            rewards += [
+                (payer, "breach_compensation", -credits),
+                (payee, "breach_compensation", credits),
+            ]
+    result.breaches = execution.settle_contracts(world, m.book, now, mechanism.withdrawal_penalty)
+    for breach in result.breaches:
         rewards += breach_rewards(breach)
     # optimal welfare over every live runnable job's remaining units, before execution
     wanted = demand(world, active, reliability)

@@ -20,7 +20,8 @@ import numpy as np
 
 from market.core.coalitions import CoalitionBook, charge_pool, split_blocks
 from market.core.collusion import InteractionGraph, detect_cartels, flagged_labs
-from market.core.execution import runnable
+from market.core.delivery import BlockFailure
+from market.core.execution import Breach, runnable
 from market.core.judge import (
     Judge,
     JudgeHistory,
@@ -31,6 +32,7 @@ from market.core.ledger import issue_blocks, pay_for_blocks, pay_operator
 from market.core.mechanisms import Mechanism, clear
 from market.core.negotiation import Book
 from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS
+from market.core.pledges import PoolSettlement
 from market.core.world import World
 
 
@@ -64,6 +66,10 @@ class RoundResult:
     shill: dict[int, float] = field(default_factory=dict)
     collusion: dict[int, float] = field(default_factory=dict)
     suspected: list[tuple[list[int], float]] = field(default_factory=list)
+    # delivery risk, filled in at the round's close (market.core.round_close)
+    failures: list[BlockFailure] = field(default_factory=list)
+    breaches: list[Breach] = field(default_factory=list)
+    pools: list[PoolSettlement] = field(default_factory=list)  # coalition pledges settled
 
 
 def _affordable(bids: list[float], pool: float) -> list[float]:

@@ -88,6 +88,9 @@ class World:
     blocks_issued: IntArray  # int64 (rounds,): blocks the operator handed out per round
     operator_credits: float = 0.0
     external_credits: float = 0.0  # credits injected (windfalls) minus removed (budget cuts)
+    # delivery risk (market.core.delivery): blocks destroyed per round, collateral in escrow
+    blocks_failed: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    collateral_held: float = 0.0
 
 
 def _uniform_int(
@@ -155,4 +158,5 @@ def generate_world(scenario: Scenario, rng: np.random.Generator) -> World:
         energy_floor=np.zeros(rounds),
         entry_round=entry_round,
         blocks_issued=np.zeros(rounds, dtype=np.int64),
+        blocks_failed=np.zeros(rounds, dtype=np.int64),
     )

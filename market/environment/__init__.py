@@ -15,6 +15,7 @@ from market.environment.aec import env, raw_env
 from market.environment.observations import (
     CoalitionView,
     ContractView,
+    DeliveryView,
     DesignerStats,
     JobView,
     MarketResultView,
@@ -46,6 +47,7 @@ __all__ = [
     "UNTRUSTED_RULE",
     "CoalitionView",
     "ContractView",
+    "DeliveryView",
     "DesignerStats",
     "JobView",
     "MarketResultView",

@@ -104,7 +104,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         shock_rng = self.streams.stream("shocks")
         self.shocks: list[Shock] = draw_shocks(sc, shock_rng)
         apply_schedule(self.world, self.shocks, sc, shock_rng)
-        self.book = negotiation.Book()
+        self.book = negotiation.Book(delivery=sc.delivery)
         self.coalitions = coal.CoalitionBook()
         self.graph = InteractionGraph(sc.n_seats)
         if self._judge_spec != sc.judge:  # keep an LLM judge's cache across resets
@@ -121,6 +121,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.prices: list[float] = []
         self.orders = RoundOrders()
         self._potential = np.zeros(sc.n_seats)
+        self._exit_breaches: list[execution.Breach] = []  # logged with the round's summary
         self.initial_credits = sum(lab.budget for lab in self.world.labs)
         self.agents = [DESIGNER] if sc.designer_seat else []
         self.rewards: dict[str, float] = {}
@@ -273,6 +274,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             self.world, self.book, self.coalitions, i, self.round, self.mechanism, voluntary
         )
         self._lab_rewards(e for breach in breaches for e in breach_rewards(breach))
+        self._exit_breaches += breaches
         self._lab_rewards((i, "withdrawal_penalty", -penalty) for penalty in penalties)
         delta = sum(j.potential() for j in lab.jobs) - self._potential[i]
         self._potential[i] += delta
@@ -378,6 +380,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         close = close_round(self, self._potential)
         self._lab_rewards(close.rewards)
         result, parts = close.result, close.parts
+        result.breaches[:0] = self._exit_breaches  # contracts settled when a party left
+        self._exit_breaches = []
         for name, value in parts.items():
             self.designer_history[name].append(value)
         if DESIGNER in self.rewards:
@@ -412,9 +416,15 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
 
     # --- audits (used by tests and the transcript's state digest) --------------------------
     def credit_balance(self) -> float:
-        """Labs + operator + escrow - initial - external injections: zero when credits are conserved."""
+        """Labs + operator + escrow + collateral - initial - external injections: zero when
+        credits are conserved."""
         w = self.world
-        total = sum(lab.budget for lab in w.labs) + w.operator_credits + self.coalitions.escrow()
+        total = (
+            sum(lab.budget for lab in w.labs)
+            + w.operator_credits
+            + self.coalitions.escrow()
+            + w.collateral_held
+        )
         return float(total - self.initial_credits - w.external_credits)
 
     def state_digest(self) -> str:

@@ -83,6 +83,16 @@ def market_digest(
     h.update(w.capacity.tobytes())
     h.update(w.reliability.tobytes())
     h.update(potential.tobytes())
+    if w.collateral_held or w.blocks_failed.any():  # delivery risk (hashed once it shows)
+        h.update(
+            repr(
+                (
+                    w.collateral_held,
+                    w.blocks_failed.tolist(),
+                    [(c.contract_id, c.short, c.collateral) for c in book.contracts],
+                )
+            ).encode()
+        )
     for lab in w.labs:
         h.update(
             repr(

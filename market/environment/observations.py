@@ -50,6 +50,7 @@ class OfferView(_View):
     expires_round: int
     status: str
     message: str | None = None
+    short: bool = False  # a short forward sale: the seller may not own the blocks yet
 
 
 class ContractView(_View):
@@ -59,6 +60,25 @@ class ContractView(_View):
     blocks: int
     price: float
     delivery_round: int
+    short: int = 0  # blocks sold short (delivery risk)
+    collateral: float = 0.0  # credits the seller posted for them
+
+
+class DeliveryView(_View):
+    """Delivery risk as this lab sees it (docs/world.md, Delivery risk): the rules, this round's
+    probability that an owned block fails, and its own blocks that failed last round."""
+
+    failure_rate: float  # this round's p_r (from the public capacity and reliability)
+    base_failure_rate: float
+    outage_exposure: float
+    reliability_exposure: float
+    short_sales: bool
+    collateral_fraction: float
+    collateral_per_block: float
+    breach_compensation: float
+    collateral_held: float  # the lab's collateral posted on open short contracts
+    failed_last_round: int = 0  # its blocks that failed at the last close
+    failed_block_ids: list[str] = []
 
 
 class CoalitionView(_View):
@@ -177,6 +197,7 @@ class Observation(BaseModel):
     offers_sent: list[OfferView] | None = None
     contracts: list[ContractView] | None = None
     coalitions: list[CoalitionView] | None = None
+    delivery: DeliveryView | None = None  # delivery risk (bidders)
     # the designer's market view
     designer_stats: DesignerStats | None = None
 
@@ -245,6 +266,8 @@ class Observation(BaseModel):
                     if c.purpose
                 ],
             ]
+            if self.delivery is not None:
+                lines.append(f"Delivery risk (owned blocks can fail): {dump(self.delivery)}")
         if self.designer_stats is not None:
             lines.append(f"Market health so far: {dump(self.designer_stats)}")
         if self.last_result is not None:

@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 
 from market.core.coalitions import Coalition, CoalitionBook
 from market.core.collusion import SUSPECTED
+from market.core.delivery import failure_rate
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import Book, Offer
 from market.core.phases import LEGAL
@@ -23,6 +24,7 @@ from market.core.world import World
 from market.environment.observations import (
     CoalitionView,
     ContractView,
+    DeliveryView,
     DesignerStats,
     JobView,
     MarketResultView,
@@ -219,6 +221,8 @@ class SeatViews:
                         blocks=c.blocks,
                         price=c.price,
                         delivery_round=c.delivery_round,
+                        short=c.short,
+                        collateral=c.collateral,
                     )
                     for c in book.contracts
                     if c.delivered < 0 and me in (c.seller, c.buyer)
@@ -226,6 +230,7 @@ class SeatViews:
                 coalitions=[
                     coalition_view(world, c, me, private=True) for c in env.coalitions.of(me)
                 ],
+                delivery=delivery_view(env, me),
             )
         return fast_model(Observation, **fields)
 
@@ -274,6 +279,7 @@ def offer_view(world: World, o: Offer) -> OfferView:
         expires_round=o.expires_round,
         status=o.status,
         message=o.message,
+        short=o.short,
     )
 
 
@@ -328,3 +334,28 @@ def result_view(
         flat = sorted(b for e in r.bids for b in e.bids)
         view["bid_distribution"] = bid_distribution(flat) if flat else {"count": 0.0}
     return fast_model(MarketResultView, **view)
+
+
+def delivery_view(env: MarketState, me: int) -> DeliveryView:
+    """Lab ``me``'s view of delivery risk: the rules, this round's failure probability, its
+    collateral on open short sales and its blocks that failed at the last close."""
+    world, sc, now = env.world, env.scenario, env.round
+    spec = sc.delivery
+    last = env.results[-1].failures if env.results else []
+    mine = next((f for f in last if f.lab == me), None)
+    return fast_model(
+        DeliveryView,
+        failure_rate=failure_rate(world, spec, sc.capacity.reliability, min(now, sc.rounds - 1)),
+        base_failure_rate=spec.owned_failure_rate,
+        outage_exposure=spec.outage_exposure,
+        reliability_exposure=spec.reliability_exposure,
+        short_sales=spec.short_sales,
+        collateral_fraction=spec.collateral_fraction,
+        collateral_per_block=spec.collateral_per_block,
+        breach_compensation=spec.breach_compensation,
+        collateral_held=sum(
+            c.collateral for c in env.book.contracts if c.seller == me and c.delivered < 0
+        ),
+        failed_last_round=0 if mine is None else len(mine.slots),
+        failed_block_ids=[] if mine is None else mine.block_ids(),
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from market.core.execution import Breach
 from market.core.mechanisms import Mechanism
 from market.core.seats import bidder_seat
 from market.core.settlement import RoundResult
@@ -48,6 +49,25 @@ def round_summary(
         "allocated_welfare": allocated,
         "designer": parts,
         "shocks": [s.describe() for s in shocks if s.round == result.round],
+        "failures": [f.to_log() for f in result.failures],
+        "breaches": [breach_log(b) for b in result.breaches],
+        "pools": [p.to_log() for p in result.pools],
+    }
+
+
+def breach_log(breach: Breach) -> dict[str, Any]:
+    """A breached forward contract as the round log records it."""
+    c = breach.contract
+    return {
+        "contract_id": c.contract_id,
+        "seller": bidder_seat(c.seller),
+        "buyer": bidder_seat(c.buyer),
+        "blocks": c.blocks,
+        "short_sold": c.short,
+        "shortfall": breach.shortfall,
+        "refund": breach.refund,
+        "compensation": breach.compensation,
+        "penalty": breach.penalty,
     }
 
 

@@ -180,6 +180,39 @@ def _sell_spare(obs: Observation, unit_limit: int) -> Built:
     return SendOffer(to=to, side="sell", blocks=1 if ok else held + 1, price=price), ok
 
 
+def _sell_forward_short(obs: Observation, unit_limit: int) -> Built:
+    """Sell one block for next round short (delivery risk: collateral at acceptance, a breach if
+    it holds no block then) to the next lab in seat order, at the last price (else the floor)."""
+    labs = sorted(obs.active_labs, key=lab_index)
+    others = [s for s in labs if s != obs.seat]
+    me = seat_order(obs.seat)[1]
+    to = next((s for s in others if lab_index(s) > me), others[0] if others else obs.seat)
+    last = obs.price_history[-1] if obs.price_history else None
+    price = round(last if last is not None else _floor_price(obs), 2)
+    d, t = obs.delivery, obs.round + 1
+    ok = (
+        d is not None
+        and d.short_sales
+        and t < obs.rounds_total
+        and bool(others)
+        and len(obs.offers_sent or ()) < MAX_OPEN_OFFERS
+    )
+    if ok and d is not None:  # mirrors market.core.delivery.check_short_sale
+        holdings = obs.holdings or []
+        committed = sum(
+            c.blocks for c in obs.contracts or () if c.seller == obs.seat and c.delivery_round == t
+        )
+        free = (holdings[1] if len(holdings) > 1 else 0) - committed
+        short = 1 if free < 1 else 0
+        need = round(d.collateral_fraction * price * short + d.collateral_per_block * short, 2)
+        ok = (obs.budget or 0.0) + price + 1e-9 >= need
+    # not applicable: a short sale for this round, which the env rejects
+    delivery = t if ok else obs.round
+    return SendOffer(
+        to=to, side="sell", blocks=1, price=price, delivery_round=delivery, short=True
+    ), ok
+
+
 def _commit_invitation(obs: Observation, unit_limit: int) -> Built:
     """Join the first coalition we are invited to, paying a quarter of our budget into its pool."""
     invited = [c for c in obs.coalitions or () if obs.seat in c.invited]
@@ -284,6 +317,7 @@ MENU: tuple[MenuEntry, ...] = (
     MenuEntry("accept_best_buy_offer", "accept_offer", _accept_buy_offer),
     MenuEntry("reject_first_offer", "reject_offer", _reject_first),
     MenuEntry("sell_spare_block", "send_offer", _sell_spare),
+    MenuEntry("sell_forward_short", "send_offer", _sell_forward_short),
     MenuEntry("commit_first_invitation", "commit_to_coalition", _commit_invitation),
     MenuEntry("allocate_greedy", "allocate_to_job", _allocate_greedy),
     MenuEntry("pitch_most_urgent", "make_pitch", _pitch_urgent),

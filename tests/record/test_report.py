@@ -485,3 +485,23 @@ def test_report_in_headless_chromium(transcripts: dict[str, Path], tmp_path: Pat
             -2000:
         ]
         shutil.copy(source, shot.with_suffix(".html"))
+
+
+def test_report_shows_delivery_risk(tmp_path: Path) -> None:
+    """Failed blocks, breached contracts and pledge defaults recorded in a transcript's round
+    summaries appear in the episode report's delivery-risk table."""
+    seats = {
+        "bidder_0": "rule_expert",
+        "bidder_1": "short_seller",
+        "bidder_2": "always_accept",
+        "bidder_3": "truthful",
+        "bidder_4": "always_accept",
+        "bidder_5": "truthful",
+    }
+    path = tmp_path / "risk.jsonl"
+    run_episode("coalition_market", 1, seats, transcript=path)
+    ep = episode_from(path)
+    logged = [r for r in ep.rounds if r.get("breaches")]
+    assert logged, "the short seller breached in this seeded episode"
+    text = build_report([ep])
+    assert 'class="delivery"' in text and "breach of k" in text and "blocks failed" in text

@@ -170,6 +170,9 @@ def round_section(
         h("h4", "Judge verdicts"),
         verdict_table or h("p", "no pitches judged", class_="muted"),
     ]
+    delivery = delivery_table(r)
+    if delivery:
+        body += [h("h4", "Delivery risk: failed blocks, breaches, pledge defaults"), delivery]
     if cartel_list:
         body += [h("h4", "Suspected cartels"), cartel_list]
     if comp_table:
@@ -183,6 +186,50 @@ def round_section(
         id=f"ep{idx}-round-{fmt(rnd)}" if isinstance(rnd, int) else None,
         data_round=rnd if isinstance(rnd, int) else None,
     )
+
+
+def delivery_table(r: Mapping[str, Any]) -> Safe | None:
+    """A round's delivery-risk events (the round log's ``failures``, ``breaches`` and ``pools``)
+    as one table, or None when there were none."""
+    rows: list[list[Any]] = []
+    for f in r.get("failures") or []:
+        if isinstance(f, Mapping):
+            rows.append(
+                [
+                    clean_text(f.get("seat", "?")),
+                    "blocks failed",
+                    f"{fmt(f.get('failed'))} of {fmt(f.get('held'))} held",
+                    "-",
+                ]
+            )
+    for b in r.get("breaches") or []:
+        if isinstance(b, Mapping):
+            rows.append(
+                [
+                    clean_text(b.get("seller", "?")),
+                    f"breach of {clean_text(b.get('contract_id', '?'))} to {clean_text(b.get('buyer', '?'))}",
+                    f"short {fmt(b.get('shortfall'))} of {fmt(b.get('blocks'))}"
+                    f" ({fmt(b.get('short_sold'))} sold short)",
+                    f"refund {fmt(b.get('refund'))}, compensation {fmt(b.get('compensation'))},"
+                    f" penalty {fmt(b.get('penalty'))}",
+                ]
+            )
+    for p in r.get("pools") or []:
+        if not isinstance(p, Mapping):
+            continue
+        cut = ", ".join(f"{clean_text(k)} {fmt(v)}" for k, v in as_mapping(p.get("cut")).items())
+        for seat, missing in as_mapping(p.get("defaults")).items():
+            rows.append(
+                [
+                    clean_text(seat),
+                    f"pledge default in {clean_text(p.get('coalition_id', '?'))}",
+                    f"{fmt(missing)} of {fmt(as_mapping(p.get('pledged')).get(seat))} pledged",
+                    f"cut: {cut or '-'}",
+                ]
+            )
+    if not rows:
+        return None
+    return html_table(["lab", "event", "blocks", "credits / cascade"], rows, "delivery")
 
 
 def events_table(events: list[Event]) -> Safe:
