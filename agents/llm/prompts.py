@@ -77,6 +77,12 @@ def _simplify_variant(sub: dict[str, Any]) -> None:
     """In place: one action's schema as an LLM needs it (no ``agent``, a plain ``reasoning``)."""
     props = sub.get("properties", {})
     props.pop("agent", None)
+    # GPU-arena compatibility forms a model does not need: unenforced terms and block id lists
+    # (``blocks`` says the same); left out to keep prompts and grammars small
+    props.pop("conditions", None)
+    props.pop("block_ids", None)
+    if "required" in sub:
+        sub["required"] = [r for r in sub["required"] if r not in ("conditions", "block_ids")]
     if "reasoning" in props:
         props["reasoning"] = {"type": "string"}
     for name, prop in props.items():
@@ -217,7 +223,8 @@ _GOALS = {
 }
 
 #: the default size of the first-turn prompt in estimated tokens (:func:`estimate_tokens`): it
-#: leaves room for the chat template and a 512-token reply in a 2,048-token context
+#: leaves room for the chat template and a 384-token reply in a 2,048-token context (the
+#: negotiation phase's fixed text sets the floor)
 #: (tests/agents/test_llm_prompts.py measures every built-in scenario with SmolLM2's tokenizer)
 PROMPT_TOKEN_BUDGET = 1_450
 

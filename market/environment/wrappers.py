@@ -98,13 +98,12 @@ def _can_deliver(obs: Observation, offer: OfferView) -> bool:
     holdings = obs.holdings or []
     if not 0 <= k < len(holdings):
         return False
-    committed = 0
-    if k > 0:
-        committed = sum(
-            c.blocks
-            for c in obs.contracts or ()
-            if c.seller == obs.seat and c.delivery_round == offer.delivery_round
-        )
+    # contracts due this round deliver at the round's close, so they are spoken for too
+    committed = sum(
+        c.blocks
+        for c in obs.contracts or ()
+        if c.seller == obs.seat and c.delivery_round == offer.delivery_round
+    )
     return holdings[k] - committed - _reserved(obs, k) >= offer.blocks
 
 
@@ -167,7 +166,12 @@ def _reject_first(obs: Observation, unit_limit: int) -> Built:
 
 def _sell_spare(obs: Observation, unit_limit: int) -> Built:
     """Offer one block of this round that our live jobs cannot use to the next lab in seat order."""
-    held = _held_now(obs) - _reserved(obs)
+    sold = sum(
+        c.blocks
+        for c in obs.contracts or ()
+        if c.seller == obs.seat and c.delivery_round == obs.round
+    )
+    held = _held_now(obs) - sold - _reserved(obs)  # contracts due now deliver at the close
     spare = held - sum(j.size - j.progress for j in _live_jobs(obs, runnable=True))
     labs = sorted(obs.active_labs, key=lab_index)
     others = [s for s in labs if s != obs.seat]
@@ -177,7 +181,7 @@ def _sell_spare(obs: Observation, unit_limit: int) -> Built:
     price = round(last if last is not None else _floor_price(obs), 2)
     ok = spare >= 1 and bool(others) and len(obs.offers_sent or ()) < MAX_OPEN_OFFERS
     # not applicable: offer one block more than held, which the env rejects
-    return SendOffer(to=to, side="sell", blocks=1 if ok else held + 1, price=price), ok
+    return SendOffer(to=to, side="sell", blocks=1 if ok else max(held, 0) + 1, price=price), ok
 
 
 def _sell_forward_short(obs: Observation, unit_limit: int) -> Built:
@@ -254,7 +258,8 @@ def _pitch_urgent(obs: Observation, unit_limit: int) -> Built:
 
 
 def _reserve_for_jobs(obs: Observation, unit_limit: int) -> Built:
-    """Reserve this round's unreserved blocks that the live runnable jobs still need."""
+    """Reserve this round's unreserved blocks that the live runnable jobs still need (at least
+    one: the env accepts reserving any free block, and the mask must say exactly what it accepts)."""
     need = sum(j.size - j.progress for j in _live_jobs(obs, runnable=True))
     sold = sum(
         c.blocks
@@ -262,7 +267,7 @@ def _reserve_for_jobs(obs: Observation, unit_limit: int) -> Built:
         if c.seller == obs.seat and c.delivery_round == obs.round
     )
     free = _held_now(obs) - sold - _reserved(obs)
-    n = min(need, free)
+    n = min(max(need, 1), free)
     return ReserveCapacity(blocks=max(1, n)), n >= 1
 
 

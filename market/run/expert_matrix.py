@@ -56,6 +56,15 @@ def population(expert: str = EXPERT) -> list[str]:
 #: bidder's planning, negotiation and coalitions have nothing to act on there
 #: (docs/running.md gives rule_expert's measured cells on it)
 DESIGNER_BENCHMARKS = tuple(f"daedalus_stage_{k}" for k in range(5))
+#: built-ins the default matrix also leaves out: the GPU-arena task variants (easy/medium/hard of
+#: the three tasks) reproduce the arena's baseline ordering and have their own test
+#: (tests/agents/test_arena_tasks.py); their small worlds endow every lab each round, so even
+#: doing nothing runs jobs there and the matrix's truthful-above-idle baseline does not apply
+ARENA_TASK_VARIANTS = tuple(
+    f"{task}_{level}"
+    for task in ("single_trade", "market_round", "coalition_market")
+    for level in ("easy", "medium", "hard")
+)
 
 
 def bidder_scenarios(seat: str = SEAT) -> list[str]:
@@ -64,8 +73,10 @@ def bidder_scenarios(seat: str = SEAT) -> list[str]:
 
 
 def matrix_scenarios(seat: str = SEAT) -> list[str]:
-    """The default matrix: :func:`bidder_scenarios` but the :data:`DESIGNER_BENCHMARKS`."""
-    return [name for name in bidder_scenarios(seat) if name not in DESIGNER_BENCHMARKS]
+    """The default matrix: :func:`bidder_scenarios` but the :data:`DESIGNER_BENCHMARKS` and the
+    :data:`ARENA_TASK_VARIANTS`."""
+    left_out = {*DESIGNER_BENCHMARKS, *ARENA_TASK_VARIANTS}
+    return [name for name in bidder_scenarios(seat) if name not in left_out]
 
 
 @dataclass
@@ -333,6 +344,7 @@ def _run(
 __all__ = [
     "BASELINE",
     "DEFAULT_SEEDS",
+    "ARENA_TASK_VARIANTS",
     "DESIGNER_BENCHMARKS",
     "EXPERT",
     "ExpertMatrix",

@@ -41,7 +41,7 @@ from market.run.rollout import default_seats, run_episode
 from scenarios import builtin_names, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTEXT, REPLY = 2048, 512
+CONTEXT, REPLY = 2048, 384
 
 
 class Recorder:
@@ -112,7 +112,9 @@ def test_templates_render_for_every_scenario_role_and_phase(name: str) -> None:
         repair = repair_message("bad reply", obs)
         assert repair.startswith("That reply could not be used: bad reply")
         assert ", ".join(obs.legal_actions) in repair
-    assert ("bidder", "bidding") in seen and ("bidder", "negotiation") in seen
+    assert ("bidder", "bidding") in seen
+    if load_scenario(name).negotiation_turns > 0:  # the daedalus family has sealed bids only
+        assert ("bidder", "negotiation") in seen
 
 
 def test_small_observation_is_shown_whole() -> None:

@@ -58,7 +58,7 @@ def test_the_documented_command_has_the_flags_the_page_explains() -> None:
     assert int(flag(argv, "--n_threads")) >= 1
     params = dict(p.split("=", 1) for p in spec.split("?", 1)[1].split("&"))
     assert params["response_format"] == "json_object"
-    assert float(params["timeout"]) >= 120 and int(params["max_tokens"]) == 512
+    assert float(params["timeout"]) >= 120 and int(params["max_tokens"]) == 384
     assert params["base_url"] == f"http://127.0.0.1:{flag(argv, '--port')}/v1"
     assert params["model"] == flag(argv, "--model_alias")
 
@@ -113,7 +113,7 @@ def test_documented_server_command_plays_an_episode(tmp_path: Path) -> None:
             assert first_prompts, summary
             assert summary["parsed"] >= 1, summary
             per_request = summary["prompt_tokens"] / summary["requests"]
-            assert per_request + 512 <= n_ctx, summary
+            assert per_request + 384 <= n_ctx, summary
             assert proc.poll() is None, "the server died during the episode"
             print("documented llama.cpp command:", summary)
         finally:

@@ -39,7 +39,8 @@ def test_new_action_types_are_legal_in_negotiation_and_in_the_llm_schema() -> No
     assert {"reserve_capacity", "release_capacity"} <= set(LEGAL["negotiation"])
     assert "reserve_capacity" not in LEGAL["bidding"]
     schema = str(legal_action_schema(("reserve_capacity", "release_capacity"), False))
-    assert "reserve_capacity" in schema and "release_capacity" in schema and "block_ids" in schema
+    assert "reserve_capacity" in schema and "release_capacity" in schema and "'blocks'" in schema
+    assert "block_ids" not in schema  # the arena's id lists are accepted, not taught to models
 
 
 def test_reserved_blocks_cannot_be_offered_and_release_frees_them() -> None:

@@ -266,7 +266,8 @@ CASES: list[tuple[str, Any, tuple[str, ...]]] = [
     ("negotiation", {**OFFER, "price": NAN}, ("price",)),
     ("negotiation", {**OFFER, "price": "cheap"}, ("price",)),
     ("negotiation", {**OFFER, "side": "lend"}, ("side",)),
-    ("negotiation", {**OFFER, "to": 1}, ("to",)),
+    # a bare integer is a lab id (the GPU-arena alias: 1 is bidder_1); a float is no seat
+    ("negotiation", {**OFFER, "to": 1.5}, ("to",)),
     ("negotiation", {**OFFER, "to": "bidder_9"}, ("bidder_9",)),
     ("negotiation", {**OFFER, "to": "bidder_0"}, ("yourself",)),
     ("negotiation", {**OFFER, "to": "designer_0"}, ("to",)),
