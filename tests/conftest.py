@@ -1,8 +1,12 @@
-"""pytest hooks: the --all-scenarios option and the sweeps it widens, and a check that the tests
-write nothing into the checkout. Shared helpers live in ``support.py``."""
+"""pytest hooks: the --all-scenarios option and the sweeps it widens, a check that the tests
+write nothing into the checkout, and a lock that lets one real-model test run at a time. Shared
+helpers live in ``support.py``."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,3 +60,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _outputs_key = pytest.StashKey[set[str]]()
+
+
+# --- one real model at a time ----------------------------------------------------------------
+# Two llama.cpp servers (or torch decoders) decoding at once on a 2-core machine starve each
+# other: CI saw 0.36 tokens/s and 300 s timeouts. xdist's loadgroup cannot help (with pytest 9
+# its group suffix never reaches the scheduler), so pytest workers take turns through a file lock.
+
+
+@pytest.fixture(autouse=True)
+def _one_real_model_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    worker = getattr(request.config, "workerinput", None)
+    uses_model = request.node.get_closest_marker("real_model") or "llama" in request.fixturenames
+    if worker is None or not uses_model or os.name != "posix":
+        yield
+        return
+    import fcntl
+
+    lock = Path(tempfile.gettempdir()) / f"gpumarket-real-model-{worker['testrunuid']}.lock"
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -123,7 +123,7 @@ class LlamaServer:
         *,
         alias: str = "smollm2-135m",
         n_ctx: int = 8192,
-        n_threads: int = 2,
+        n_threads: int = 1,
         startup_timeout: float = 120.0,
         chat_format: str | None = None,
     ) -> None:
