@@ -7,12 +7,13 @@ The rule, for each completion of a row (``scenario``, ``seat``, ``seed``, ``line
 1. **Reset** a session with the row's options. Sessions are deterministic, so the learner sees
    exactly the observation the row's prompt was made from (common random numbers: every
    completion of a GRPO group meets the same world).
-2. **Parse** the completion leniently, as an LLM seat's reply is parsed
-   (:func:`agents.llm.parsing.extract_json`: the whole reply, a fenced block or the first
-   balanced object). A completion with no JSON object in it plays the fallback action (``wait``,
-   or an empty bid when bidding) and costs ``parse_failure_penalty`` (default: the scenario's
-   ``invalid_action_penalty``). A JSON object the server rejects costs the env's own
-   invalid-action penalty, which is in the env reward.
+2. **Parse** the completion exactly as that seat's LLM agent parses a reply
+   (:meth:`agents.llm.agent.LLMAgent.parse_reply`: lenient JSON extraction, action validation,
+   a type legal now, addressed to this seat), as ``market.train.grpo.EnvReward`` does. An
+   unusable completion plays the agent's ``safe`` fallback (``wait``, or an empty bid when
+   bidding) and costs ``parse_failure_penalty`` (default: the scenario's
+   ``invalid_action_penalty``). A usable action the market then rejects (an offer that does not
+   exist, a budget it exceeds) costs the env's own invalid-action penalty, in the env reward.
 3. **Step** the session with it, then play on to the ``horizon`` with the ``continuation`` agent
    in the learner's seat: ``"step"`` (the decision's reward alone: what the seat earned until its
    next turn), ``"round"`` (through the learner's first turn after the decision's round closed, so
@@ -26,7 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.llm.parsing import extract_json
+from agents.llm.agent import LLMAgent
 from agents.llm.prompts import prompt_messages
 from agents.registry import make_agent
 from market.core.actions import ActionParseError
@@ -71,6 +72,12 @@ def openenv_prompts(
             }
         )
     return rows
+
+
+class _NoBackend:
+    """The parsing agent never calls a model."""
+
+    model = "none"
 
 
 class OpenEnvReward:
@@ -137,23 +144,18 @@ class OpenEnvReward:
         obs = first.seat_observation()
         if obs is None:
             raise ValueError(f"{scenario}, seed {seed}: {seat} never gets a turn")
+        parser = LLMAgent(_NoBackend(), fallback="safe")  # type: ignore[arg-type]
         penalty = 0.0
         try:
-            action: Any = extract_json(completion)
+            action = parser.parse_reply(completion, obs)
         except ActionParseError:
             self.parse_failures += 1
-            action = (
-                {"action_type": "bid", "bids": []}
-                if obs.phase == "bidding" and "bid" in obs.legal_actions
-                else {"action_type": "wait"}
-            )
+            action = parser.fallback_action(obs)
             penalty = (
                 load_scenario(scenario).rewards.invalid_action_penalty
                 if self.parse_failure_penalty is None
                 else self.parse_failure_penalty
             )
-        if not isinstance(action, dict | str):
-            action = json.dumps(action)  # the server explains why it is not an action
         result = self.env.step(action)
         total = float(result.reward or 0.0)
         policy = make_agent(self.continuation, "designer" if seat == DESIGNER else "bidder")

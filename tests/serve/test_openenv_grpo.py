@@ -85,10 +85,20 @@ def test_an_unusable_completion_plays_the_fallback_and_pays(env: Any) -> None:
 
 def test_an_action_the_env_rejects_pays_the_envs_penalty(env: Any) -> None:
     reward = OpenEnvReward(env, "episode")
-    rejected = reward.score(SCENARIO, SEAT, SEED, '{"action_type": "bid", "bids": [3]}')
+    rejected = reward.score(
+        SCENARIO, SEAT, SEED, '{"action_type": "accept_offer", "offer_id": "o9"}'
+    )
     waited = reward.score(SCENARIO, SEAT, SEED, '{"action_type": "wait"}')
     assert rejected == waited - PENALTY
     assert reward.parse_failures == 0
+
+
+def test_an_action_illegal_now_is_a_parse_failure(env: Any) -> None:
+    reward = OpenEnvReward(env, "episode", parse_failure_penalty=0.5)
+    illegal = reward.score(SCENARIO, SEAT, SEED, '{"action_type": "bid", "bids": [3]}')
+    waited = reward.score(SCENARIO, SEAT, SEED, '{"action_type": "wait"}')
+    assert illegal == waited - 0.5  # the bid is not legal in negotiation: the fallback waits
+    assert reward.parse_failures == 1
 
 
 def test_horizons_nest(env: Any) -> None:
