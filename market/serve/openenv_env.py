@@ -1,7 +1,8 @@
 """The market as an OpenEnv environment: one learner seat per session, the other seats played
 by the server.
 
-A session is reset with ``scenario`` (a built-in name), ``seat`` (the learner's seat, e.g.
+A session is reset with ``scenario`` (a built-in name; ``overrides``: scenario keys to change,
+as ``market.env(name, **overrides)`` takes them), ``seat`` (the learner's seat, e.g.
 ``bidder_0`` or ``designer_0``), ``seed`` (an int; None draws fresh entropy) and ``lineup`` (seat ->
 agent spec as :func:`agents.registry.make_agent` takes it, for any of the other seats; the rest
 play the scenario's default agents). The env then drives the episode exactly as
@@ -51,7 +52,8 @@ from scenarios import ScenarioError, load_scenario
 
 DEFAULT_SCENARIO = "market_round"
 DEFAULT_SEAT = "bidder_0"
-RESET_OPTIONS = ("scenario", "seat", "seed", "lineup", "episode_id")
+RESET_OPTIONS = ("scenario", "seat", "seed", "lineup", "overrides", "episode_id")
+MAX_OVERRIDES = 32  # keys in one reset's scenario overrides
 
 
 class SessionError(ValueError):
@@ -104,6 +106,7 @@ class MarketState(State):
     scenario: str | None = None
     seat: str | None = None
     lineup: dict[str, str] = Field(default_factory=dict)
+    overrides: dict[str, Any] = Field(default_factory=dict)
     round: int = 0
     phase: str = ""
     done: bool = False
@@ -151,6 +154,7 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
         scenario: str = DEFAULT_SCENARIO,
         seat: str = DEFAULT_SEAT,
         lineup: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
         **unknown: Any,
     ) -> MarketObservation:
         """Start an episode with the learner in ``seat``; return its first observation."""
@@ -161,7 +165,7 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
             )
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise SessionError(f"seed must be a non-negative integer or null, got {seed!r}")
-        sc = self._scenario(scenario)
+        sc = self._scenario(scenario, overrides)
         env = raw_env(sc)
         seats = self._lineup(env, seat, lineup)
         if seed is None:  # fresh entropy, never revealed
@@ -175,6 +179,7 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
             scenario=sc.name,
             seat=seat,
             lineup={s: str(v) for s, v in self._episode.specs.items() if s != seat},
+            overrides=to_jsonable_python(dict(overrides or {}), fallback=str),
         )
         return self._advance()
 
@@ -269,15 +274,22 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
 
     # --- checking a reset ----------------------------------------------------------------
     @staticmethod
-    def _scenario(name: object) -> Any:
+    def _scenario(name: object, overrides: object) -> Any:
         if not isinstance(name, str) or "/" in name or "\\" in name or name.endswith(".toml"):
             raise SessionError(
                 f"scenario must be a built-in scenario name (see `gpumarket validate`), got {name!r}"
             )
+        if overrides is None:
+            overrides = {}
+        if not isinstance(overrides, Mapping) or len(overrides) > MAX_OVERRIDES:
+            raise SessionError(
+                "overrides must be an object of at most "
+                f'{MAX_OVERRIDES} scenario keys, e.g. {{"rounds": 2, "labs__count": 3}}'
+            )
         try:
-            return load_scenario(name)
+            return load_scenario(name, **{str(k): v for k, v in overrides.items()})
         except ScenarioError as exc:
-            raise SessionError(str(exc).splitlines()[0]) from None
+            raise SessionError(" ".join(str(exc).split())) from None
 
     def _lineup(self, env: raw_env, seat: object, lineup: object) -> dict[str, str]:
         seats = env.possible_agents

@@ -104,6 +104,19 @@ def test_a_whole_episode_returns_what_a_local_run_returns(
     assert state.lineup == {s: v for s, v in local.seats.items() if s != "bidder_0"}
 
 
+def test_scenario_overrides_shape_the_episode(server: OpenEnvServer) -> None:
+    overrides = {"rounds": 1, "negotiation_turns": 1}
+    with MarketEnvClient(base_url=server.url).sync() as env:
+        got = play(
+            env, "truthful", scenario="single_trade", seat="bidder_0", seed=6, overrides=overrides
+        )
+        state = env.state()
+    local = run_episode(load_scenario("single_trade", **overrides), 6, {"bidder_0": "truthful"})
+    assert got["return"] == local.returns["bidder_0"]
+    assert got["steps"] - 1 == local.decisions["bidder_0"] == 2  # one negotiation turn, a bid
+    assert state.overrides == overrides and state.round == 0
+
+
 def test_the_designer_seat_can_learn_too(server: OpenEnvServer) -> None:
     with MarketEnvClient(base_url=server.url).sync() as env:
         got = play(env, "fixed", scenario="market_round", seat="designer_0", seed=2)
@@ -230,6 +243,9 @@ def test_malformed_messages_are_refused_and_change_nothing(server: OpenEnvServer
         ({"lineup": {"bidder_1": "no_such_agent"}}, "lineup['bidder_1']"),
         ({"lineup": {"bidder_1": "llm:openai?model=m"}}, "LLM seats are off"),
         ({"lineup": ["truthful"]}, "lineup must be an object"),
+        ({"overrides": {"rounds": -1}}, "rounds"),
+        ({"overrides": {"no_such_key": 1}}, "no_such_key"),
+        ({"overrides": [1]}, "overrides must be an object"),
     ],
 )
 def test_bad_reset_options_get_a_one_line_reason(
