@@ -112,6 +112,10 @@ class MarketState(State):
     done: bool = False
     episode_return: float = 0.0
     invalid_actions: int = 0
+    # the server's seats that failed this episode (counts only): an agent that raised
+    # ("errors"), ran past the time limit ("timeouts") or fell back on an unusable LLM reply
+    # ("fallbacks"); each such turn played the fallback action
+    degraded: dict[str, dict[str, int]] = Field(default_factory=dict)
 
 
 class _Learner:
@@ -253,6 +257,7 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
         self._state.round, self._state.phase = env.round, env.phase
         self._state.done = done
         self._state.episode_return = self._return()
+        self._state.degraded = self._degraded()
         return MarketObservation(
             done=done,
             reward=float(reward),
@@ -266,6 +271,22 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
             truncated=bool(truncated),
             episode_return=self._state.episode_return,
         )
+
+    def _degraded(self) -> dict[str, dict[str, int]]:
+        assert self._episode is not None
+        tally, out = self._episode.tally, {}
+        for seat, agent in self._episode.agents.items():
+            if seat == self._seat:
+                continue
+            stats = getattr(agent, "stats", None) or {}
+            counts = {
+                "errors": int(tally.agent_errors.get(seat, 0)),
+                "timeouts": int(tally.timeouts.get(seat, 0)),
+                "fallbacks": int(stats.get("fallbacks", 0)) if isinstance(stats, dict) else 0,
+            }
+            if any(counts.values()):
+                out[seat] = counts
+        return out
 
     def _return(self) -> float:
         assert self._episode is not None

@@ -102,6 +102,7 @@ def test_a_whole_episode_returns_what_a_local_run_returns(
     assert state.done and state.scenario == scenario and state.seat == "bidder_0"
     assert state.step_count == local.decisions["bidder_0"]
     assert state.lineup == {s: v for s, v in local.seats.items() if s != "bidder_0"}
+    assert state.degraded == {}  # no server seat failed
 
 
 def test_scenario_overrides_shape_the_episode(server: OpenEnvServer) -> None:
@@ -115,6 +116,39 @@ def test_scenario_overrides_shape_the_episode(server: OpenEnvServer) -> None:
     assert got["return"] == local.returns["bidder_0"]
     assert got["steps"] - 1 == local.decisions["bidder_0"] == 2  # one negotiation turn, a bid
     assert state.overrides == overrides and state.round == 0
+
+
+class Broken:
+    """A server-side seat whose agent raises at every decision."""
+
+    name = "broken"
+
+    def reset(self, seed: int | None = None) -> None:
+        pass
+
+    def act(self, observation: Any) -> Any:
+        raise RuntimeError("broken on purpose")
+
+
+def test_failing_server_seats_are_counted_in_the_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agents.registry
+
+    real = agents.registry.make_agent
+    monkeypatch.setattr(
+        "market.run.rollout.make_agent",
+        lambda spec, role: (
+            Broken() if spec == "truthful" and role == "bidder" else real(spec, role)
+        ),
+    )
+    env = MarketEnvironment()
+    obs = env.reset(
+        scenario="single_trade", seat="bidder_0", seed=1, lineup={"bidder_1": "truthful"}
+    )
+    while not obs.done:
+        obs = env.step(MarketAction(action={"action_type": "wait"}))
+    degraded = env.state.degraded
+    assert set(degraded) == {"bidder_1"} and degraded["bidder_1"]["errors"] > 0
+    assert degraded["bidder_1"]["timeouts"] == 0
 
 
 def test_the_designer_seat_can_learn_too(server: OpenEnvServer) -> None:
