@@ -173,7 +173,7 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
         env = raw_env(sc)
         seats = self._lineup(env, seat, lineup)
         if seed is None:  # fresh entropy, never revealed
-            seed = int(np.random.SeedSequence().entropy % (2**63))
+            seed = int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
         self.close()
         self.market, self._seat = env, seat
         self._episode = Episode(env, seed, {**seats, seat: _Learner()}, None, 1)

@@ -406,3 +406,10 @@ def test_the_cli_serves_on_loopback(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_no_seed_draws_a_fresh_world_each_reset() -> None:
+    env = MarketEnvironment()
+    prompts = {env.reset(scenario="single_trade").prompt for _ in range(3)}
+    assert len(prompts) == 3  # fresh entropy each time (not the global RNG, never revealed)
+    assert "seed" not in env.state.model_dump()
