@@ -136,6 +136,21 @@ SUBSTITUTE: dict[tuple[str, int], list[tuple[str, str]]] = {
         ("per_device_train_batch_size=8,", "per_device_train_batch_size=2,"),
         ("max_completion_length=256,", "max_completion_length=8,"),
     ],
+    # GRPO through the OpenEnv server: the same tiny model, one step, two prompts
+    ("openenv.md", 3): [
+        ('"bidder_0", range(64)', '"bidder_0", range(2)'),
+        (
+            'model="Qwen/Qwen2.5-0.5B-Instruct",  # any chat model with a chat template',
+            "model=TINY_MODEL, processing_class=TINY_TOKENIZER,",
+        ),
+        (
+            'report_to="none",',
+            'report_to="none", max_steps=1, use_cpu=True, bf16=False, save_strategy="no",',
+        ),
+        ("num_generations=8,", "num_generations=2,"),
+        ("per_device_train_batch_size=8,", "per_device_train_batch_size=2,"),
+        ("max_completion_length=256,", "max_completion_length=8,"),
+    ],
 }
 
 #: pages that show a rejected action on purpose, and the error text they show
@@ -147,7 +162,7 @@ EXPECTED_ERRORS: dict[str, str] = {
 #: committed blocks, and one RLlib designer step, through)
 LEARNING = {("rl.md", 2), ("rl.md", 3)}
 #: pages whose examples take minutes (training) or need the optional extras
-SLOW = {"rl.md", "training-data.md"}
+SLOW = {"rl.md", "training-data.md", "openenv.md"}
 
 
 def code_of(ex: Example, values: dict[str, str]) -> str:
@@ -266,12 +281,12 @@ class _stand_ins:
             self.values["FAKE_URL"] = self.server.base_url
             self.mp.setenv("OPENAI_BASE_URL", self.server.base_url)  # OpenAIBackend's default
             self.ns["LLM_SPEC"] = f"llm:openai?model=fake&base_url={self.server.base_url}"
-        if self.page == "training-data.md":
-            sys.path.insert(0, str(ROOT / "tests"))
+        if self.page in ("training-data.md", "openenv.md"):
+            sys.path.insert(0, str(ROOT / "tests" / "train"))  # where test_grpo.py lives
             try:
                 from test_grpo import tiny_model, tiny_tokenizer
             finally:
-                sys.path.remove(str(ROOT / "tests"))
+                sys.path.remove(str(ROOT / "tests" / "train"))
             tok = tiny_tokenizer(["wait bid", '{"action_type": "wait"}'])
             self.ns["TINY_TOKENIZER"], self.ns["TINY_MODEL"] = tok, tiny_model(tok)
         return self

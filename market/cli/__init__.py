@@ -26,6 +26,7 @@ from market.cli.commands import (
     cmd_train,
     cmd_validate,
 )
+from market.cli.openenv_command import cmd_openenv
 from market.cli.parser import EXAMPLES, build_parser, one_line, parse_seat, parse_seeds
 from scenarios import ScenarioError
 
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         "show": cmd_show,
         "tournament": cmd_tournament,
         "export-sft": cmd_export_sft,
+        "openenv": cmd_openenv,
     }[args.command]
     try:
         return handler(args)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from market.bench.config import DEFAULT_THRESHOLD, SECTIONS, parse_sections
 from market.cli.leaderboard_command import add_leaderboard_arguments
+from market.cli.openenv_command import add_openenv_parser
 from market.run.async_runner import add_llm_arguments
 from market.run.health import STRICT_EXIT, parse_share
 
@@ -29,6 +30,8 @@ EXAMPLES = {
     "--seat bidder_0=torch_policy?path=runs/train/policy.pt)",
     "validate": "gpumarket validate my_scenario.toml",
     "agents": "gpumarket agents",
+    "openenv": "gpumarket openenv --port 8000   (then: MarketEnvClient(base_url="
+    '"http://127.0.0.1:8000"); docs/openenv.md)',
     "report": "gpumarket report runs/market_round/ -o report.html",
     "show": "gpumarket show runs/market_round/transcripts/0.jsonl --round 2",
     "replay": "gpumarket replay runs/market_round/transcripts/0.jsonl   (or a folder: "
@@ -383,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("scenarios", nargs="+")
 
     add("agents", "List the registered agents and the seats they can fill.")
+    add_openenv_parser(add)
 
     report = add(
         "report",

@@ -209,7 +209,7 @@ def _finish(recorder: EpisodeRecorder | None, result: EpisodeResult) -> EpisodeR
     return result
 
 
-class _Episode:
+class Episode:
     """One episode's setup, bookkeeping and recording, shared by the sync and async loops."""
 
     def __init__(
@@ -319,7 +319,7 @@ def run_episode(
     ``digest_every``: record the observation and state digests every N steps (the state digest
     also at every round end); 1 records them at every step.
     """
-    episode = _Episode(
+    episode = Episode(
         env if env is not None else raw_env(scenario),
         seed,
         seats,
@@ -361,7 +361,7 @@ async def arun_episode(
     ``transcript`` and ``digest_every`` as in :func:`run_episode` (a cancelled task leaves an
     ``aborted`` footer).
     """
-    episode = _Episode(
+    episode = Episode(
         raw_env(scenario), seed, seats, transcript, digest_every, limiter, budget, agent_timeout
     )
     try:

@@ -31,6 +31,7 @@ def test_the_parser_knows_every_documented_command() -> None:
         "bench",
         "validate",
         "agents",
+        "openenv",
     } <= set(_subcommands())
 
 
