@@ -1,0 +1,1 @@
+"""Serving the market over HTTP: served matches with remote seats."""
