@@ -27,6 +27,7 @@ from market.cli.commands import (
     cmd_validate,
 )
 from market.cli.parser import EXAMPLES, build_parser, one_line, parse_seat, parse_seeds
+from market.cli.serve_command import cmd_serve
 from scenarios import ScenarioError
 
 
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         "show": cmd_show,
         "tournament": cmd_tournament,
         "export-sft": cmd_export_sft,
+        "serve": cmd_serve,
     }[args.command]
     try:
         return handler(args)

@@ -25,6 +25,7 @@ the ``aborted`` footer when the match is cancelled (the server shutting down).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import secrets
@@ -238,10 +239,8 @@ class Match:
         """Stop the episode; its transcript ends with the ``aborted`` footer."""
         if self.task is not None and not self.task.done():
             self.task.cancel()
-            try:
-                await self.task
-            except BaseException:  # noqa: S110 - the cancellation (or the episode's error) ends it
-                pass
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task  # the cancellation (or the episode's own error) ends it
 
     @property
     def status(self) -> str:
@@ -297,10 +296,8 @@ class Match:
         box = self.remote[seat]
         wait = min(max(wait, 0.0), MAX_WAIT_S)
         if wait > 0 and self.status == "running" and box.pending is None:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(box.changed.wait(), wait)
-            except TimeoutError:
-                pass
         return self.seat_view(seat)
 
     def submit(self, seat: str, turn: int, raw: Any) -> dict[str, Any]:
@@ -411,11 +408,12 @@ class MatchRegistry:
     def expire(self) -> None:
         now = time.time()
         for mid in [
-            k for k, m in self.matches.items() if m.ended is not None and now - m.ended > self.keep_s
+            k
+            for k, m in self.matches.items()
+            if m.ended is not None and now - m.ended > self.keep_s
         ]:
             del self.matches[mid]
 
     async def close(self) -> None:
         """Cancel every running match (each transcript ends with the ``aborted`` footer)."""
         await asyncio.gather(*(m.cancel() for m in self.matches.values()))
-
