@@ -136,7 +136,7 @@ def test_refused_requests_leave_the_transcript_as_a_clean_run(server: Any) -> No
     """After refusals the match plays on and its transcript replays; no refused request
     appears in it."""
     base, out = server
-    mid, token, view = _open_turn(base, "bidding")
+    mid, token, view = _open_turn(base, "negotiation")
     for status, request in BAD_ACTIONS.values():
         assert _post(base, mid, token, **request(view["turn"])).status_code == status
     turn = view["turn"]
