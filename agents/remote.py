@@ -3,8 +3,8 @@
 Spec: ``remote?url=http://127.0.0.1:9000&token=SECRET&timeout=30`` (percent-encode a URL holding
 ``&`` or ``?``). The service answers two JSON requests (docs/remote-agents.md, "Agent services"):
 
-- ``POST {url}/reset`` with ``{"seed": N}`` at the start of every episode (``N``: the seat's
-  derived seed, so a seeded agent there plays as it would locally);
+- ``POST {url}/reset`` with ``{"seed": N}`` at the start of every episode, just before its first
+  decision (``N``: the seat's derived seed, so a seeded agent there plays as it would locally);
 - ``POST {url}/act`` with ``{"observation": {...}, "prompt": "...", "legal_actions": [...]}``,
   answered by ``{"action": {...}}``.
 
@@ -44,6 +44,7 @@ class RemoteAgent(BaseAgent):
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.stats = {"remote_requests": 0.0, "remote_failures": 0.0}
         self._client: httpx.Client | None = None
+        self._reset: dict[str, Any] | None = None  # the reset not yet sent to the service
 
     def __getstate__(self) -> dict[str, Any]:  # picklable for process pools: no open client
         state = dict(self.__dict__)
@@ -87,8 +88,10 @@ class RemoteAgent(BaseAgent):
         return data
 
     def reset(self, seed: int | None = None) -> None:
+        """Remember the seed; the service gets it (``POST /reset``) before the first decision,
+        so an unreachable service costs that decision its fallback, not the episode."""
         super().reset(seed)
-        self._post("/reset", {"seed": seed})
+        self._reset: dict[str, Any] | None = {"seed": seed}
 
     @staticmethod
     def request(observation: Observation) -> dict[str, Any]:
@@ -107,7 +110,13 @@ class RemoteAgent(BaseAgent):
         return action
 
     def act(self, observation: Observation) -> dict[str, Any]:
+        if self._reset is not None:
+            self._post("/reset", self._reset)
+            self._reset = None
         return self._action(self._post("/act", self.request(observation)))
 
     async def aact(self, observation: Observation) -> dict[str, Any]:
+        if self._reset is not None:
+            await self._apost("/reset", self._reset)
+            self._reset = None
         return self._action(await self._apost("/act", self.request(observation)))

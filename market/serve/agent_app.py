@@ -42,6 +42,10 @@ def agent_app(spec: str, role: str | None = None, token: str | None = None) -> F
         if not secrets.compare_digest(given.encode(), token.encode()):
             raise HTTPException(401, "missing or wrong bearer token")
 
+    @app.get("/healthz")
+    def healthz() -> dict[str, bool]:
+        return {"ok": True}
+
     @app.post("/reset")
     def reset(
         body: ResetBody, authorization: Annotated[str | None, Header(max_length=200)] = None
