@@ -1,17 +1,20 @@
 """``gpumarket serve``: host served matches with remote seats (market/serve/match_app.py), or
-with ``--agent SPEC`` an agent service for the ``remote`` agent (market/serve/agent_app.py)."""
+with ``--agent SPEC`` an agent service for the ``remote`` agent (market/serve/agent_app.py).
+
+The serving room needs the ``serve`` extra (FastAPI, uvicorn): it is loaded by name when the
+command runs, so that every other command works on a base install, and a missing extra is one
+line saying what to install.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
-
-import uvicorn
+from types import ModuleType
 
 from agents.registry import AgentSpecError
-from market.serve.agent_app import agent_app
-from market.serve.match_app import serve
 
 EXAMPLE = (
     "gpumarket serve --port 8765 --out runs/served\n"
@@ -62,25 +65,44 @@ def add_serve_arguments(cmd: argparse.ArgumentParser) -> None:
     )
 
 
+def _serving(module: str) -> ModuleType | None:
+    """``market.serve.<module>``, or None (after a one-line message) without the serve extra."""
+    try:
+        return importlib.import_module(f"market.serve.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("fastapi", "uvicorn", "starlette"):
+            raise
+        print(f"gpumarket serve: needs {exc.name}: pip install 'gpumarket[serve]'", file=sys.stderr)
+        return None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         print(f"gpumarket serve: --port {args.port}: give a port in 1..65535", file=sys.stderr)
         return 2
     if args.agent is not None:
+        service = _serving("agent_app")
+        if service is None:
+            return 2
         try:
-            app = agent_app(args.agent, token=args.token)
+            app = service.agent_app(args.agent, token=args.token)
         except AgentSpecError as exc:
             print(f"gpumarket serve: {str(exc).splitlines()[0]}", file=sys.stderr)
             return 2
         print(f"agent service {args.agent} on http://{args.host}:{args.port}", file=sys.stderr)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        service.run(app, args.host, args.port)
         return 0
     if args.keep <= 0:
         print("gpumarket serve: --keep must be seconds > 0", file=sys.stderr)
+        return 2
+    matches = _serving("match_app")
+    if matches is None:
         return 2
     print(
         f"serving matches on http://{args.host}:{args.port} (transcripts in {args.out})",
         file=sys.stderr,
     )
-    serve(args.host, args.port, args.out, allow_any_spec=args.allow_any_spec, keep_s=args.keep)
+    matches.serve(
+        args.host, args.port, args.out, allow_any_spec=args.allow_any_spec, keep_s=args.keep
+    )
     return 0

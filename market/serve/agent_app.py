@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from typing import Annotated, Any
 
+import uvicorn
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -65,3 +66,8 @@ def agent_app(spec: str, role: str | None = None, token: str | None = None) -> F
         return {"action": parse_action(action).model_dump(mode="json")}
 
     return app
+
+
+def run(app: FastAPI, host: str = "127.0.0.1", port: int = 9000) -> None:
+    """Serve ``app`` with uvicorn until interrupted (binds 127.0.0.1 unless told otherwise)."""
+    uvicorn.run(app, host=host, port=port, log_level="warning")
