@@ -196,11 +196,12 @@ def create_app(
         match_id: MatchId,
         wait: Annotated[float, Query(ge=0, le=30)] = 0.0,
         authorization: Annotated[str | None, Header(max_length=200)] = None,
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         """The token's seat: its observation, prompt and legal-action schema on its turn."""
         match = registry.get(match_id)
         name = match.seat_of(_token(authorization))
-        return await match.wait_view(name, wait)
+        # already plain JSON data: a JSONResponse skips re-encoding the observation
+        return JSONResponse(await match.wait_view(name, wait))
 
     @app.post("/matches/{match_id}/seat/action")
     async def act(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import secrets
@@ -137,6 +138,13 @@ class MatchConfig:
     digest_every: int = 1
 
 
+@functools.cache
+def seatable(role: str) -> frozenset[str]:
+    """The agent names an open server seats in a ``role`` seat (the registry's and plug-ins',
+    read once: listing plug-ins scans every installed distribution)."""
+    return frozenset(registered(role))
+
+
 def check_spec(spec: str, role: str, allow_any: bool) -> None:
     """Refuse a server-run spec that is not a registered agent name (unless ``allow_any``): a
     ``py:`` spec imports code and an ``llm:`` or ``remote?url=`` spec makes the server call out,
@@ -144,11 +152,12 @@ def check_spec(spec: str, role: str, allow_any: bool) -> None:
     if spec == REMOTE:
         return
     name, _ = parse_spec(spec)
-    if not allow_any and name not in registered(role):
+    if not allow_any and name not in seatable(role):
         raise MatchError(
             422,
             f"seat spec {spec!r}: this server seats only 'remote' or a registered {role} agent "
-            f"({', '.join(registered(role))}); start it with --allow-any-spec to allow others",
+            f"({', '.join(sorted(seatable(role)))}); start it with --allow-any-spec to allow "
+            "others",
         )
     make_agent(spec, role)  # raises AgentSpecError with the reason
 
@@ -295,7 +304,8 @@ class Match:
         """:meth:`seat_view`, after waiting up to ``wait`` seconds for the seat's turn."""
         box = self.remote[seat]
         wait = min(max(wait, 0.0), MAX_WAIT_S)
-        if wait > 0 and self.status == "running" and box.pending is None:
+        pending = box.pending
+        if wait > 0 and self.status == "running" and (pending is None or pending.answer.done()):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(box.changed.wait(), wait)
         return self.seat_view(seat)
