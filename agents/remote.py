@@ -91,7 +91,7 @@ class RemoteAgent(BaseAgent):
         """Remember the seed; the service gets it (``POST /reset``) before the first decision,
         so an unreachable service costs that decision its fallback, not the episode."""
         super().reset(seed)
-        self._reset: dict[str, Any] | None = {"seed": seed}
+        self._reset = {"seed": seed}
 
     @staticmethod
     def request(observation: Observation) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import httpx
 
 from agents.registry import make_agent
 from market.bench.config import BenchConfig, SectionResult, SectionSkipped, metric
+from market.core.actions import parse_action
 from market.environment import Observation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +86,7 @@ async def _session(
                     latencies.append(time.perf_counter() - sent)
                 if done >= decisions:
                     break
-                action = agent.act(Observation.model_validate(view["observation"]))
+                action = parse_action(agent.act(Observation.model_validate(view["observation"])))
                 sent = time.perf_counter()
                 reply = await client.post(
                     f"{url}/action",
