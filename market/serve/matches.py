@@ -337,12 +337,12 @@ class Match:
 
     def public_view(self) -> dict[str, Any]:
         """What a spectator may see: the line-up, progress and, once done, the returns (no
-        seat's observation or private state)."""
+        seat's observation or private state, and not the seed: with the scenario it would let
+        anyone redraw every lab's private jobs and values)."""
         progress = read_progress(self.transcript)
         view: dict[str, Any] = {
             "match_id": self.id,
             "scenario": self.scenario.name,
-            "seed": self.config.seed,
             "status": self.status,
             "seats": {
                 s: (REMOTE if isinstance(a, RemoteSeat) else str(a)) for s, a in self.lineup.items()

@@ -168,6 +168,7 @@ def test_a_token_reaches_only_its_own_seat(server: Any) -> None:
     text = json.dumps(public)
     for private in ("observation", "budget", "jobs", "holdings", "offers", "seat_seed", tok0):
         assert private not in text
+    assert "seed" not in public  # the seed would let anyone redraw every lab's private values
     assert public["waiting_for"] == ["bidder_0"] and public["status"] == "running"
     # the transcript (every seat's actions) is not served while the match runs
     assert httpx.get(f"{base}/matches/{mid}/transcript").status_code == 409
