@@ -8,8 +8,8 @@ Endpoints (JSON; the protocol for agent authors is docs/remote-agents.md):
   observation (structured and ``to_prompt`` text) and legal-action JSON schema when it is its
   turn; waits up to ``S`` seconds (at most 30) for the turn;
 - ``POST /matches/{id}/seat/action`` with the token: ``{"turn": N, "action": {...}}``;
-- ``GET /matches/{id}``: the spectators' view (public only); ``GET /matches/{id}/transcript``:
-  the transcript once the match has ended.
+- ``GET /matches/{id}``: the spectators' view (public only); ``GET /matches/{id}/transcript``
+  with the owner token (the match's creator's): the transcript once the match has ended.
 
 The rules every endpoint keeps: a token authorises exactly its own seat of its own match; no
 endpoint shows a seat's observation to anyone but that seat's token holder; request bodies are
@@ -182,6 +182,7 @@ def create_app(
         return {
             "match_id": match.id,
             "tokens": dict(match.tokens),
+            "owner_token": match.owner_token,
             "seats": match.public_view()["seats"],
             "turn_deadline": config.turn_deadline,
         }
@@ -215,9 +216,14 @@ def create_app(
         return match.submit(name, body.turn, body.action)
 
     @app.get("/matches/{match_id}/transcript")
-    async def transcript(match_id: MatchId) -> Response:
-        """The match's transcript (JSON lines), once it has ended."""
+    async def transcript(
+        match_id: MatchId,
+        authorization: Annotated[str | None, Header(max_length=200)] = None,
+    ) -> Response:
+        """The match's transcript (JSON lines), once it has ended; it holds every seat's actions
+        and private state, so only the owner token (the creator's) reads it."""
         match = registry.get(match_id)
+        match.check_owner(_token(authorization))
         if match.ended is None:
             raise MatchError(409, "the match is still running; the transcript comes when it ends")
         return Response(match.transcript.read_bytes(), media_type="application/x-ndjson")

@@ -205,6 +205,8 @@ class Match:
         }
         self.lineup: dict[str, Any] = {s: self.remote.get(s, spec) for s, spec in specs.items()}
         self.tokens = {seat: secrets.token_urlsafe(32) for seat in self.remote}
+        # the creator's token: reads the transcript (every seat's actions and private state)
+        self.owner_token = secrets.token_urlsafe(32)
         self.transcript = transcript_dir / f"{match_id}.jsonl"
         self.task: asyncio.Task[EpisodeResult] | None = None
         self.result: EpisodeResult | None = None
@@ -268,6 +270,11 @@ class Match:
                 if secrets.compare_digest(token.encode(), secret.encode()):
                     return seat
         raise MatchError(401, "missing or wrong seat token for this match")
+
+    def check_owner(self, token: str | None) -> None:
+        """:class:`MatchError` (401) unless ``token`` is the match's owner token."""
+        if not token or not secrets.compare_digest(token.encode(), self.owner_token.encode()):
+            raise MatchError(401, "missing or wrong owner token for this match")
 
     def seat_view(self, seat: str) -> dict[str, Any]:
         """What the seat's client may see now: its own observation when it is its turn."""

@@ -84,8 +84,12 @@ def test_two_remote_seats_equal_the_local_run(server: Any, tmp_path: Path) -> No
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert cli.returncode == 0, cli.stderr
-    got = httpx.get(f"{base}/matches/{made['match_id']}/transcript")
+    url = f"{base}/matches/{made['match_id']}/transcript"
+    got = httpx.get(url, headers=auth(made["owner_token"]))
     assert got.status_code == 200 and got.content == served_file.read_bytes()
+    # every seat's actions and private state: not for a seat's token, nor for anyone
+    for headers in ({}, auth(made["tokens"]["bidder_0"])):
+        assert httpx.get(url, headers=headers).status_code == 401
 
 
 def test_a_missed_deadline_plays_the_fallback_and_counts_a_timeout(
@@ -171,7 +175,10 @@ def test_a_token_reaches_only_its_own_seat(server: Any) -> None:
     assert "seed" not in public  # the seed would let anyone redraw every lab's private values
     assert public["waiting_for"] == ["bidder_0"] and public["status"] == "running"
     # the transcript (every seat's actions) is not served while the match runs
-    assert httpx.get(f"{base}/matches/{mid}/transcript").status_code == 409
+    assert (
+        httpx.get(f"{base}/matches/{mid}/transcript", headers=auth(a["owner_token"])).status_code
+        == 409
+    )
     state = httpx.get(f"{base}/matches/{mid}/seat", headers=auth(tok0)).json()
     assert state["turn"] == 0 and state["status"] == "your_turn"  # nothing moved
 
