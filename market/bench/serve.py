@@ -77,8 +77,8 @@ async def _session(
         url = f"/matches/{body['match_id']}/seat"
         headers = {"Authorization": f"Bearer {body['tokens']['bidder_0']}"}
         agent = make_agent("truthful")
-        view = (await client.get(url, headers=headers)).json()
-        agent.reset(view["seat_seed"])
+        view = (await client.get(url, params={"wait": 30}, headers=headers)).json()
+        agent.reset(view["seat_seed"])  # set by the seat's first turn
         sent: float | None = None
         while view["status"] in ("waiting", "your_turn"):
             if view["status"] == "your_turn":
