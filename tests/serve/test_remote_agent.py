@@ -16,6 +16,7 @@ import pytest
 from match_support import ROOT, free_port, stop, wait_ready
 
 from agents.registry import AgentSpecError, make_agent
+from market.cli import main
 from market.run.rollout import arun_episode, run_episode, run_many
 
 
@@ -78,3 +79,19 @@ def test_bad_remote_specs_say_what_is_wrong(spec: str) -> None:
     with pytest.raises(AgentSpecError) as err:
         make_agent(spec)
     assert "remote" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["serve", "--port", "0"], "--port 0"),
+        (["serve", "--agent", "no_such_agent"], "unknown agent 'no_such_agent'"),
+        (["serve", "--keep", "0"], "--keep"),
+    ],
+)
+def test_serve_refuses_bad_options_in_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
