@@ -2,7 +2,8 @@
 
 Where an agent comes from: the built-ins below; installed plug-ins (entry-point group
 ``gpumarket.agents``: ``name = "package.module:ClassName"``); ``py:package.module:ClassName`` for
-any importable class; ``llm:openai?...`` and ``llm:hf?...`` for LLM seats (agents/llm/agent.py).
+any importable class; ``llm:openai?...`` and ``llm:hf?...`` for LLM seats (agents/llm/agent.py); ``remote?url=...`` for
+an agent service over HTTP (agents/remote.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from agents.population import (
     ShaderBidder,
     ShortSeller,
 )
+from agents.remote import RemoteAgent
 from agents.scripted import (
     AlwaysAcceptBidder,
     CoalitionSpammer,
@@ -71,7 +73,10 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
 }
 # agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not
 # in REGISTRY, whose agents all play with no parameters (sweeps and tournaments rely on that)
-WITH_PARAMS: dict[str, Callable[..., BaseAgent]] = {TorchPolicyAgent.name: TorchPolicyAgent}
+WITH_PARAMS: dict[str, Callable[..., BaseAgent]] = {
+    TorchPolicyAgent.name: TorchPolicyAgent,
+    RemoteAgent.name: RemoteAgent,
+}
 
 
 class AgentSpecError(ValueError):
@@ -82,7 +87,8 @@ ENTRY_POINT_GROUP = "gpumarket.agents"
 SPEC_HELP = (
     "a spec is NAME or NAME?key=value&key=value (NAME: a registered agent or a plug-in from the "
     "'gpumarket.agents' entry-point group), py:package.module:ClassName?..., "
-    "llm:openai?model=...&base_url=..., llm:hf?path=..., or torch_policy?path=CHECKPOINT"
+    "llm:openai?model=...&base_url=..., llm:hf?path=..., torch_policy?path=CHECKPOINT, or "
+    "remote?url=http://HOST:PORT&token=... (an agent service)"
 )
 
 

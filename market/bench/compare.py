@@ -130,6 +130,16 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1 else f"{value:,.2f}"
 
 
+def _serve_note(details: dict[str, Any] | None) -> str:
+    if not details:
+        return "served matches under load"
+    return (
+        f"{details['sessions']} concurrent remote-seat clients x "
+        f"{details['decisions_per_session']} decisions ({details['scenario']}) against gpumarket "
+        "serve on 127.0.0.1; step = action sent -> next observation held"
+    )
+
+
 def print_report(report: dict[str, Any], console: Any = None) -> None:
     """Every metric grouped by section, then the skipped sections and the targets."""
     console = console or _console()
@@ -142,6 +152,7 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
         "transcript": "steps/s without / with a transcript file per episode; digest_N = digests "
         "every N steps",
         "llm": _llm_note(report["details"].get("llm")),
+        "serve": _serve_note(report["details"].get("serve")),
     }
     for section in report["options"]["sections"]:
         metrics = [m for m in report["metrics"] if m["section"] == section]

@@ -16,7 +16,16 @@ from typing import Any
 
 SCHEMA = "gpumarket-bench/1"
 # Ray last: its processes keep a core busy for a few seconds after shutdown
-SECTIONS: tuple[str, ...] = ("steps", "episodes", "clearing", "memory", "transcript", "llm", "ray")
+SECTIONS: tuple[str, ...] = (
+    "steps",
+    "episodes",
+    "clearing",
+    "memory",
+    "transcript",
+    "llm",
+    "serve",
+    "ray",
+)
 TARGET_STEPS_PER_SECOND = 10_000
 TARGET_CLEARING_MS = 20.0
 DEFAULT_THRESHOLD = 0.2
@@ -60,6 +69,9 @@ class BenchConfig:
     llm_base_url: str | None = None  # None: spawn the fake server
     llm_model: str = "fake-model"
     llm_latency_ms: float = 50.0
+    serve_sessions: int = 64  # concurrent remote-seat clients of the served-matches load test
+    serve_decisions: int = 20  # remote decisions per client
+    serve_scenario: str = "market_round"
     quick: bool = False
 
 
@@ -76,6 +88,8 @@ def quick_config(config: BenchConfig | None = None) -> BenchConfig:
         memory_envs=(("market_round", 10), ("large_market", 2)),
         llm_decisions_per_slot=2,
         llm_latency_ms=5.0,
+        serve_sessions=50,
+        serve_decisions=2,
         quick=True,
     )
 

@@ -10,7 +10,10 @@ Sections, each selectable with ``--only`` (see ``docs/benchmarks.md`` for how ea
   growth exponent of each auction type next to the n log n reference, and the env's clearing step;
 - ``memory``: RSS and traced Python/numpy memory per live, reset env;
 - ``transcript``: steps/s without a transcript, with one, and with sparse digests;
-- ``llm``: LLM decisions/s at concurrency 1, 8 and 32 against a local OpenAI-compatible server.
+- ``llm``: LLM decisions/s at concurrency 1, 8 and 32 against a local OpenAI-compatible server;
+- ``serve``: served matches under load: 64 concurrent scripted remote-seat clients against
+  ``gpumarket serve`` on 127.0.0.1, remote decisions/s and p50/p99 step latency
+  (:mod:`market.bench.serve`).
 
 Targets (2-core machine): >= 10,000 AEC steps/s in ``market_round``; clearing a 1,000-bidder,
 10,000-block market in < 20 ms; clearing time growing no faster than n log n.
@@ -62,6 +65,7 @@ from market.bench.config import (
 )
 from market.bench.llm import section_llm
 from market.bench.memory import section_memory
+from market.bench.serve import section_serve
 from market.bench.throughput import section_episodes, section_ray, section_steps, section_transcript
 from market.run.runner import default_workers
 
@@ -85,6 +89,7 @@ RUNNERS: dict[str, Callable[[BenchConfig], SectionResult]] = {
     "memory": section_memory,
     "transcript": section_transcript,
     "llm": section_llm,
+    "serve": section_serve,
 }
 
 

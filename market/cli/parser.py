@@ -9,6 +9,8 @@ from pathlib import Path
 from market.bench.config import DEFAULT_THRESHOLD, SECTIONS, parse_sections
 from market.cli.leaderboard_command import add_leaderboard_arguments
 from market.cli.openenv_command import add_openenv_parser
+from market.cli.serve_command import EXAMPLE as SERVE_EXAMPLE
+from market.cli.serve_command import add_serve_arguments
 from market.run.async_runner import add_llm_arguments
 from market.run.health import STRICT_EXIT, parse_share
 
@@ -43,6 +45,7 @@ EXAMPLES = {
     "tournament": "gpumarket tournament --bidders rule_expert,truthful,random_valid "
     "--designers fixed,rule_designer --scenario market_round --seeds 0:10 "
     "--out runs/tournament\n  (rerun the same command to resume an interrupted run)",
+    "serve": SERVE_EXAMPLE,
 }
 
 
@@ -571,6 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
         "transcript_sha256...) for TRL's GRPOTrainer with "
         "market.train.training_data.EnvReward; load with "
         "datasets.load_dataset('json', data_files=OUT)",
+    )
+    add_serve_arguments(
+        add("serve", "Host matches with remote seats over HTTP, or an agent service.")
     )
     return parser
 

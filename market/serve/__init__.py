@@ -1,3 +1,3 @@
-"""The market as a service: an OpenEnv environment, its server and its typed client
-(``market.serve.openenv_env``, ``market.serve.openenv_app``, ``market.serve.openenv_client``;
-they need ``pip install 'gpumarket[serve]'``)."""
+"""The market as a service (needs ``pip install 'gpumarket[serve]'``): an OpenEnv environment, its
+server and its typed client (``openenv_env``, ``openenv_app``, ``openenv_client``), and served
+matches with remote seats (``matches``, ``match_app``, ``agent_app``)."""

@@ -1,0 +1,105 @@
+"""Helpers for the served-match tests: the real ``gpumarket serve`` in a subprocess on a free
+127.0.0.1 port, and a scripted client that plays a remote seat over HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from real_model_utils import free_port
+
+from agents.registry import make_agent
+from market.environment import Observation
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def served(out: Path, *extra: str) -> Iterator[str]:
+    """``gpumarket serve --out OUT`` on a free port; yields its base URL; SIGTERM at the end."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "market", "serve", "--port", str(port), "--out", str(out), *extra]
+    proc = subprocess.Popen(cmd, cwd=out.parent, env=env, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base, proc)
+        yield base
+    finally:
+        stop(proc)
+
+
+def wait_ready(base: str, proc: subprocess.Popen[str], limit: float = 60.0) -> None:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("server did not start within the limit")
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def create(base: str, scenario: str, seed: int, seats: dict[str, str], **kw: Any) -> dict[str, Any]:
+    reply = httpx.post(
+        f"{base}/matches", json={"scenario": scenario, "seed": seed, "seats": seats, **kw}
+    )
+    assert reply.status_code == 201, reply.text
+    return reply.json()
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def play_seat(base: str, match_id: str, token: str, spec: str) -> dict[str, Any]:
+    """Play a remote seat with the agent ``spec`` until the match ends; returns the last view.
+    The agent is seeded with the seat seed the server gives, as a local run seeds it."""
+    agent = make_agent(spec)
+    seeded = False
+    with httpx.Client(base_url=base, headers=auth(token), timeout=60) as client:
+        while True:
+            view = client.get(f"/matches/{match_id}/seat", params={"wait": 10}).json()
+            if not seeded and view.get("seat_seed") is not None:
+                agent.reset(view["seat_seed"])
+                seeded = True
+            if view["status"] == "your_turn":
+                action = agent.act(Observation.model_validate(view["observation"]))
+                body = action if isinstance(action, dict) else action.model_dump(mode="json")
+                reply = client.post(
+                    f"/matches/{match_id}/seat/action", json={"turn": view["turn"], "action": body}
+                )
+                assert reply.status_code == 200, reply.text
+            elif view["status"] in ("done", "aborted"):
+                return view
+
+
+def wait_done(base: str, match_id: str, limit: float = 60.0) -> dict[str, Any]:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        view = httpx.get(f"{base}/matches/{match_id}").json()
+        if view["status"] != "running":
+            return view
+        time.sleep(0.05)
+    raise AssertionError(f"match {match_id} still running after {limit} s")
