@@ -394,3 +394,29 @@ def test_the_settings_sweep_runs_the_leaderboard(tmp_path: Path) -> None:
         "llm fake-model " + FIXED.replace("&", " "),
     ]
     assert rows[1]["decisions"] > 0 and rows[1]["prompt_tokens"] > 0
+
+
+def test_the_docs_leaderboard_table_is_the_measured_file() -> None:
+    """docs/llm-seats.md's SmolLM2 table shows exactly the committed measurement (the CSV that
+    `gpumarket eval --leaderboard` wrote), so neither can be edited without the other."""
+    root = Path(__file__).resolve().parents[2]
+    with (root / "docs" / "data" / "leaderboard-smollm2.csv").open(encoding="utf-8") as f:
+        measured = list(csv.DictReader(f))
+    text = (root / "docs" / "llm-seats.md").read_text(encoding="utf-8")
+    section = text[text.index("### Measured: SmolLM2-135M on llama.cpp") :]
+    shown = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| ") and "±" in line and "95% CI" not in line
+    ]
+    assert len(shown) == len(measured) == 9
+    for cells, row in zip(shown, measured, strict=True):
+        assert cells[4] == f"{float(row['mean']):.3f} ± {float(row['ci95']):.3f}"
+        assert cells[3] == row["n"]
+        if row["is_reference"] == "True":
+            assert "rule_expert" in cells[0]
+            continue
+        assert f"memory={cells[0]} reasoning={cells[1]} mode={cells[2]}" in row["label"]
+        assert cells[5] == f"{float(row['diff_mean']):.3f} ± {float(row['diff_ci95']):.3f}"
+        assert cells[8] == f"{float(row['fallback_rate']):.3f}"
+        assert cells[9] == row["backend_errors"]
