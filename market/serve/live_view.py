@@ -11,7 +11,7 @@ Two routes join the served-matches app (:func:`live_router`):
   and plots). The stream ends with one ``end`` event when the match is no longer running.
 
 The rule of what a spectator sees: exactly what the spectator endpoint shows, plus each step's
-action without its free-text ``reasoning``, its reward, and each closed round's summary (bids
+action without its free-text ``reasoning`` (and a private message without its text), its reward, and each closed round's summary (bids
 are shown once the round has cleared). Never a seat's observation, prompt, model output or step
 result, never the seed, seat seeds or digests (from which private state could be redrawn).
 
@@ -45,6 +45,8 @@ from market.serve.matches import Match, MatchRegistry
 MatchId = Annotated[str, PathParam(pattern=r"^[0-9a-f]{16}$", description="the match id")]
 #: seconds between two looks at a running match's transcript
 POLL_S = 0.2
+#: what a spectator sees instead of a private message's text
+PRIVATE_TEXT = "(private message)"
 #: seconds between keep-alive comments on an idle stream
 KEEPALIVE_S = 15.0
 
@@ -54,6 +56,8 @@ def _public_event(ev: Event) -> Event:
     action = ev.action
     if isinstance(action, Mapping):
         action = {k: v for k, v in action.items() if k != "reasoning"}
+        if action.get("action_type") == "send_message" and action.get("to", "all") != "all":
+            action["text"] = PRIVATE_TEXT  # a private message: who to whom, not what
     return Event(
         step=ev.step,
         round=ev.round,
