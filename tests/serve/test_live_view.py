@@ -118,9 +118,7 @@ def test_event_stream_follows_the_match_in_order_and_public(server: Any) -> None
     made, players, seeds = start_match(base, 0.01)
     assert made["live_url"] == f"/matches/{made['match_id']}/live"
     events: list[tuple[str, dict[str, Any]]] = []
-    reader = threading.Thread(
-        target=read_events, args=(f"{base}{made['live_url']}/events", events)
-    )
+    reader = threading.Thread(target=read_events, args=(f"{base}{made['live_url']}/events", events))
     reader.start()
     time.sleep(0.3)  # the reader sees the match before any move
     for t in players:

@@ -150,13 +150,13 @@ def episode_section(ep: Episode, idx: int, public: bool = False) -> Safe:
         ("seed", fmt(ep.seed)),
         ("source", ep.source or ep.label),
         ("rounds / steps", f"{len(rounds)} / {len(ep.events)}"),
-            ("mean welfare ratio", fmt(ep.welfare_ratio(), 3)),
-            (
-                "versions",
-                ", ".join(f"{clean_text(k)} {short_text(v)}" for k, v in _version_items(ep.header))
-                or "-",
-            ),
-            ("status", clean_text(first_of(ep.footer, "status", default="no footer (cut off?)"))),
+        ("mean welfare ratio", fmt(ep.welfare_ratio(), 3)),
+        (
+            "versions",
+            ", ".join(f"{clean_text(k)} {short_text(v)}" for k, v in _version_items(ep.header))
+            or "-",
+        ),
+        ("status", clean_text(first_of(ep.footer, "status", default="no footer (cut off?)"))),
         ("file SHA-256", clean_text(first_of(ep.footer, "file_sha256", default="-"))),
     ]
     meta = key_values([row for row in meta_rows if row[0] not in private_rows])
