@@ -28,6 +28,7 @@ import hashlib
 import json
 import math
 import secrets
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
@@ -123,13 +124,49 @@ def sse(event: str, data: Mapping[str, Any], seq: int | None = None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, allow_nan=False, default=str)}\n\n"
 
 
-async def follow(match: Match, poll_s: float = POLL_S) -> AsyncIterator[str]:
+class SnapshotCache:
+    """The last public snapshot of each match, shared by all its spectators: a match is read and
+    drawn again only when its transcript has grown or its status or waited-for seats changed."""
+
+    def __init__(self, registry: MatchRegistry | None = None) -> None:
+        self.registry = registry
+        self.last: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+
+    def key(self, match: Match) -> tuple[Any, ...]:
+        try:
+            size = match.transcript.stat().st_size
+        except OSError:
+            size = -1
+        waiting = tuple(s for s, b in match.remote.items() if b.pending is not None)
+        return (size, match.status, waiting)
+
+    def snapshot(self, match: Match) -> dict[str, Any]:
+        """The match's public snapshot (a copy: callers may add to it)."""
+        key = self.key(match)
+        held = self.last.get(match.id)
+        if held is None or held[0] != key:
+            held = (key, public_snapshot(match))
+            if self.registry is not None:  # forget the matches the registry has forgotten
+                for gone in [m for m in self.last if m not in self.registry.matches]:
+                    self.last.pop(gone, None)
+            self.last[match.id] = held
+        return dict(held[1])
+
+
+async def follow(
+    match: Match, poll_s: float = POLL_S, cache: SnapshotCache | None = None
+) -> AsyncIterator[str]:
     """The event stream of ``match``: a ``state`` event whenever the public snapshot changes,
-    then one ``end`` event once the match is no longer running."""
+    then one ``end`` event once the match is no longer running. Snapshots are read and drawn in
+    a worker thread (a long match's page takes a while to draw; the match's own event loop must
+    not wait for it), and never more often than they take to draw."""
+    cache = cache or SnapshotCache()
     seq, last_key, idle = 0, None, 0.0
     while True:
         running = match.status == "running"
-        snap = public_snapshot(match)
+        started = time.monotonic()
+        snap = await asyncio.to_thread(cache.snapshot, match)
+        took = time.monotonic() - started
         key = (snap["steps"], snap["status"], tuple(snap["waiting_for"]))
         if key != last_key:
             seq += 1
@@ -139,8 +176,9 @@ async def follow(match: Match, poll_s: float = POLL_S) -> AsyncIterator[str]:
         if not running:
             yield sse("end", {"seq": seq + 1, "status": snap["status"]}, seq + 1)
             return
-        await asyncio.sleep(poll_s)
-        idle += poll_s
+        pause = max(poll_s, took)
+        await asyncio.sleep(pause)
+        idle += pause
         if idle >= KEEPALIVE_S:
             yield ": keep-alive\n\n"
             idle = 0.0
@@ -254,6 +292,7 @@ def live_page(match_id: str, nonce: str) -> str:
 def live_router(registry: MatchRegistry) -> APIRouter:
     """The live view's routes for the app holding ``registry``."""
     router = APIRouter()
+    cache = SnapshotCache(registry)
 
     @router.get("/matches/{match_id}/live", response_class=HTMLResponse)
     async def live(match_id: MatchId) -> HTMLResponse:
@@ -275,7 +314,7 @@ def live_router(registry: MatchRegistry) -> APIRouter:
         match = registry.get(match_id)
 
         async def stream() -> AsyncIterator[str]:
-            async for chunk in follow(match):
+            async for chunk in follow(match, cache=cache):
                 if await request.is_disconnected():
                     return
                 yield chunk

@@ -6,6 +6,7 @@ sends hostile text that must show as text and run nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -21,10 +22,12 @@ import pytest
 from match_support import auth, create, play_seat, served, wait_done
 from websockets.sync.client import connect
 
+import market.serve.live_view as live
 from agents.registry import make_agent
 from market.environment import Observation
 from market.record.reader import read_transcript
 from market.serve.live_view import PRIVATE_TEXT
+from market.serve.matches import MatchConfig, MatchRegistry
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCENARIO = "coalition_market"
@@ -296,3 +299,39 @@ def test_live_page_in_headless_chromium_updates_and_runs_nothing(
         assert page.eval("document.body.textContent.includes('<img src=x onerror=')") is True
         assert page.eval("document.querySelectorAll('#episode svg').length") >= 3  # the plots
     wait_done(base, made["match_id"])
+
+
+def test_snapshot_cache_draws_a_match_once_per_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[int] = []
+    real = live.public_snapshot
+
+    def counting(match: Any) -> dict[str, Any]:
+        drawn.append(1)
+        return real(match)
+
+    monkeypatch.setattr(live, "public_snapshot", counting)
+
+    async def scenario() -> None:
+        registry = MatchRegistry(tmp_path)
+        match = registry.create(MatchConfig(SCENARIO, 3, {"bidder_0": "remote"}, 0.001))
+        assert match.task is not None
+        await match.task
+        cache = live.SnapshotCache(registry)
+        first, second = cache.snapshot(match), cache.snapshot(match)
+        assert first == second and len(drawn) == 1  # nothing changed: drawn once
+        first["seq"] = 99
+        assert "seq" not in cache.snapshot(match)  # callers get copies
+        # the stream of an ended match: its one state, then the end
+        chunks = [c async for c in live.follow(match, 0.01, cache)]
+        assert [c.split("\n")[1] for c in chunks] == ["event: state", "event: end"]
+        assert len(drawn) == 1
+        registry.matches.clear()  # the registry forgot it: so does the cache, at the next draw
+        other = registry.create(MatchConfig(SCENARIO, 4, {"bidder_0": "remote"}, 0.001))
+        assert other.task is not None
+        await other.task
+        cache.snapshot(other)
+        assert set(cache.last) == {other.id}
+
+    asyncio.run(scenario())
