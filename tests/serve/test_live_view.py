@@ -7,7 +7,9 @@ sends hostile text that must show as text and run nothing."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
 import re
 import subprocess
 import threading
@@ -298,6 +300,19 @@ def test_live_page_in_headless_chromium_updates_and_runs_nothing(
         assert page.eval("document.querySelectorAll('#episode img, #episode script').length") == 0
         assert page.eval("document.body.textContent.includes('<img src=x onerror=')") is True
         assert page.eval("document.querySelectorAll('#episode svg').length") >= 3  # the plots
+        # a screenshot of the finished page (to GPUMARKET_TEST_ARTIFACTS when set, to look at)
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=1280,
+            height=2400,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        shot = base64.b64decode(page.call("Page.captureScreenshot", format="png")["data"])
+        assert shot.startswith(b"\x89PNG") and len(shot) > 20_000
+        folder = Path(os.environ.get("GPUMARKET_TEST_ARTIFACTS", tmp_path))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "live-view.png").write_bytes(shot)
     wait_done(base, made["match_id"])
 
 
