@@ -99,7 +99,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if matches is None:
         return 2
     print(
-        f"serving matches on http://{args.host}:{args.port} (transcripts in {args.out})",
+        f"serving matches on http://{args.host}:{args.port} (transcripts in {args.out}); "
+        f"live view of a match: http://{args.host}:{args.port}/matches/<match id>/live",
         file=sys.stderr,
     )
     matches.serve(

@@ -8,7 +8,8 @@ Endpoints (JSON; the protocol for agent authors is docs/remote-agents.md):
   observation (structured and ``to_prompt`` text) and legal-action JSON schema when it is its
   turn; waits up to ``S`` seconds (at most 30) for the turn;
 - ``POST /matches/{id}/seat/action`` with the token: ``{"turn": N, "action": {...}}``;
-- ``GET /matches/{id}``: the spectators' view (public only); ``GET /matches/{id}/transcript``
+- ``GET /matches/{id}``: the spectators' view (public only); ``GET /matches/{id}/live``: the live
+  view page, fed by ``GET /matches/{id}/live/events`` (server-sent events; public only); ``GET /matches/{id}/transcript``
   with the owner token (the match's creator's): the transcript once the match has ended.
 
 The rules every endpoint keeps: a token authorises exactly its own seat of its own match; no
@@ -32,6 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from market.serve.live_view import live_router
 from market.serve.matches import MatchConfig, MatchError, MatchRegistry
 
 MAX_BODY = 64 * 1024
@@ -185,6 +187,7 @@ def create_app(
             "owner_token": match.owner_token,
             "seats": match.public_view()["seats"],
             "turn_deadline": config.turn_deadline,
+            "live_url": f"/matches/{match.id}/live",  # the live view (market.serve.live_view)
         }
 
     @app.get("/matches/{match_id}")
@@ -228,6 +231,7 @@ def create_app(
             raise MatchError(409, "the match is still running; the transcript comes when it ends")
         return Response(match.transcript.read_bytes(), media_type="application/x-ndjson")
 
+    app.include_router(live_router(registry))  # the live match view: page and event stream
     app.add_middleware(BodyLimit, limit=max_body)
     return app
 

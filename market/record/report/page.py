@@ -44,7 +44,11 @@ from market.run.health import WARN_SHARE, from_episodes, over_share, warnings
 from market.run.rollout import mean_ci95
 
 
-def _episode_section(ep: Episode, idx: int) -> Safe:
+def episode_section(ep: Episode, idx: int, public: bool = False) -> Safe:
+    """One episode: its seats table, market and reward plots, interaction graph and rounds; the
+    static report and the live match view (:mod:`market.serve.live_view`) both draw it.
+    ``public``: leave out the seed, the source file, the versions and the file digest (a
+    spectator's view of a running match)."""
     seat_specs = ep.seats
     seats = list(seat_specs)
     totals, returns, invalid, usage = (
@@ -140,22 +144,22 @@ def _episode_section(ep: Episode, idx: int) -> Safe:
         round_section(ep, idx, r, by_round.get(r.get("round"), []), seats) for r in rounds
     ]
     orphan = [ev for rnd, evs in by_round.items() if rnd not in round_ids for ev in evs]
-    meta = key_values(
-        [
-            ("scenario", ep.scenario),
-            ("seed", fmt(ep.seed)),
-            ("source", ep.source or ep.label),
-            ("rounds / steps", f"{len(rounds)} / {len(ep.events)}"),
-            ("mean welfare ratio", fmt(ep.welfare_ratio(), 3)),
-            (
-                "versions",
-                ", ".join(f"{clean_text(k)} {short_text(v)}" for k, v in _version_items(ep.header))
-                or "-",
-            ),
-            ("status", clean_text(first_of(ep.footer, "status", default="no footer (cut off?)"))),
-            ("file SHA-256", clean_text(first_of(ep.footer, "file_sha256", default="-"))),
-        ]
-    )
+    private_rows = {"seed", "source", "versions", "file SHA-256"} if public else set()
+    meta_rows = [
+        ("scenario", ep.scenario),
+        ("seed", fmt(ep.seed)),
+        ("source", ep.source or ep.label),
+        ("rounds / steps", f"{len(rounds)} / {len(ep.events)}"),
+        ("mean welfare ratio", fmt(ep.welfare_ratio(), 3)),
+        (
+            "versions",
+            ", ".join(f"{clean_text(k)} {short_text(v)}" for k, v in _version_items(ep.header))
+            or "-",
+        ),
+        ("status", clean_text(first_of(ep.footer, "status", default="no footer (cut off?)"))),
+        ("file SHA-256", clean_text(first_of(ep.footer, "file_sha256", default="-"))),
+    ]
+    meta = key_values([row for row in meta_rows if row[0] not in private_rows])
     counts = interaction_counts(ep)
     pairs = sorted(
         counts.items(), key=lambda kv: (seat_sort_key(kv[0][0]), seat_sort_key(kv[0][1]))
@@ -168,7 +172,7 @@ def _episode_section(ep: Episode, idx: int) -> Safe:
     )
     return h(
         "section",
-        h("h2", episode_title(ep)),
+        h("h2", ep.label if public else episode_title(ep)),
         [h("p", f"\u26a0 {p}", class_="warn") for p in ep.problems],
         [h("p", n, class_="muted") for n in ep.notes],
         h("div", meta, class_="cols"),
@@ -454,7 +458,7 @@ def build_report(episodes: Sequence[Episode]) -> str:
             _health(episodes) if episodes else None,
             _index(episodes) if many else None,
             _aggregate(episodes) if many else None,
-            [_episode_section(ep, i) for i, ep in enumerate(episodes)],
+            [episode_section(ep, i) for i, ep in enumerate(episodes)],
         ),
     )
     head = h(

@@ -1,0 +1,328 @@
+"""The live match view: a browser page that follows a served match through server-sent events.
+
+Two routes join the served-matches app (:func:`live_router`):
+
+- ``GET /matches/{id}/live``: the page (HTML, one small script allowed by a per-page nonce);
+- ``GET /matches/{id}/live/events``: the event stream (``text/event-stream``). Each ``state``
+  event is one JSON snapshot with a rising ``seq``: status, round, phase, steps, the mechanism of
+  the last cleared round, each seat's cumulative reward, the seats waited for, timeouts, the
+  returns once done, and ``html``: the episode drawn by the static report's own renderer
+  (:func:`market.record.report.page.episode_section`, so report and live view share their tables
+  and plots). The stream ends with one ``end`` event when the match is no longer running.
+
+The rule of what a spectator sees: exactly what the spectator endpoint shows, plus each step's
+action without its free-text ``reasoning`` (and a private message without its text), its reward, and each closed round's summary (bids
+are shown once the round has cleared). Never a seat's observation, prompt, model output or step
+result, never the seed, seat seeds or digests (from which private state could be redrawn).
+
+Everything user- or model-written is escaped server-side by the report's HTML builder; the page's
+script writes text with ``textContent`` and inserts only that escaped HTML, parsed by
+``DOMParser`` (scripts in it never run), under a Content-Security-Policy without inline scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import math
+import secrets
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Request
+from fastapi import Path as PathParam
+from fastapi.responses import HTMLResponse, StreamingResponse
+
+from market.record.reader import read_transcript
+from market.record.report.episode import Episode, Event, as_mapping, event_of
+from market.record.report.markup import clean_text
+from market.record.report.page import CSS, episode_section
+from market.record.schema import TranscriptError
+from market.serve.matches import Match, MatchRegistry
+
+MatchId = Annotated[str, PathParam(pattern=r"^[0-9a-f]{16}$", description="the match id")]
+#: seconds between two looks at a running match's transcript
+POLL_S = 0.2
+#: what a spectator sees instead of a private message's text
+PRIVATE_TEXT = "(private message)"
+#: seconds between keep-alive comments on an idle stream
+KEEPALIVE_S = 15.0
+
+
+def _public_event(ev: Event) -> Event:
+    """A step as a spectator sees it: the action without ``reasoning``, no result, no LLM data."""
+    action = ev.action
+    if isinstance(action, Mapping):
+        action = {k: v for k, v in action.items() if k != "reasoning"}
+        if action.get("action_type") == "send_message" and action.get("to", "all") != "all":
+            action["text"] = PRIVATE_TEXT  # a private message: who to whom, not what
+    return Event(
+        step=ev.step,
+        round=ev.round,
+        seat=ev.seat,
+        phase=ev.phase,
+        action=action,
+        error=ev.error,
+        reward=ev.reward,
+        components=ev.components,
+        live=ev.live,
+        agent_error=ev.agent_error,
+    )
+
+
+def public_snapshot(match: Match) -> dict[str, Any]:
+    """The match as a spectator may see it now (see the module docstring for the rule)."""
+    view = match.public_view()
+    seats: dict[str, str] = dict(view["seats"])
+    cumulative: dict[str, list[float]] = {s: [] for s in seats}
+    ep = Episode(label=f"match {match.id}: {clean_text(view['scenario'])}")
+    ep.header = {"scenario_name": view["scenario"], "seats": seats}
+    try:
+        t = read_transcript(match.transcript, verify=False)
+    except TranscriptError:
+        t = None  # not written yet
+    if t is not None:
+        for step in t.steps:
+            for seat, value in step.rewards.items():
+                cumulative.setdefault(clean_text(seat), []).append(float(value))
+            ep.events.append(_public_event(event_of(step)))
+        ep.rounds.extend(dict(r.summary) for r in t.rounds)
+    if "returns" in view:
+        ep.footer = {"status": view["status"], "returns": view["returns"]}
+    else:
+        ep.footer = {"status": view["status"]}
+    mech = as_mapping(ep.rounds[-1].get("mechanism")) if ep.rounds else {}
+    steps = len(ep.events)
+    last = ep.events[-1] if ep.events else None
+    snap: dict[str, Any] = {
+        "match_id": match.id,
+        "scenario": view["scenario"],
+        "status": view["status"],
+        "steps": steps,
+        "round": last.round if last is not None else 0,
+        "phase": last.phase if last is not None else None,
+        "rounds_closed": len(ep.rounds),
+        "mechanism": {clean_text(k): v for k, v in mech.items()},
+        "seats": seats,
+        "rewards": {s: math.fsum(v) for s, v in cumulative.items()},
+        "waiting_for": view["waiting_for"],
+        "timeouts": view["timeouts"],
+        "html": str(episode_section(ep, 0, public=True)),
+    }
+    for key in ("returns", "error"):
+        if key in view:
+            snap[key] = view[key]
+    return snap
+
+
+def sse(event: str, data: Mapping[str, Any], seq: int | None = None) -> str:
+    """One server-sent event (the JSON ``data`` on one line)."""
+    head = f"id: {seq}\n" if seq is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, allow_nan=False, default=str)}\n\n"
+
+
+class SnapshotCache:
+    """The last public snapshot of each match, shared by all its spectators: a match is read and
+    drawn again only when its transcript has grown or its status or waited-for seats changed."""
+
+    def __init__(self, registry: MatchRegistry | None = None) -> None:
+        self.registry = registry
+        self.last: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+
+    def key(self, match: Match) -> tuple[Any, ...]:
+        try:
+            size = match.transcript.stat().st_size
+        except OSError:
+            size = -1
+        waiting = tuple(s for s, b in match.remote.items() if b.pending is not None)
+        return (size, match.status, waiting)
+
+    def snapshot(self, match: Match) -> dict[str, Any]:
+        """The match's public snapshot (a copy: callers may add to it)."""
+        key = self.key(match)
+        held = self.last.get(match.id)
+        if held is None or held[0] != key:
+            held = (key, public_snapshot(match))
+            if self.registry is not None:  # forget the matches the registry has forgotten
+                for gone in [m for m in self.last if m not in self.registry.matches]:
+                    self.last.pop(gone, None)
+            self.last[match.id] = held
+        return dict(held[1])
+
+
+async def follow(
+    match: Match, poll_s: float = POLL_S, cache: SnapshotCache | None = None
+) -> AsyncIterator[str]:
+    """The event stream of ``match``: a ``state`` event whenever the public snapshot changes,
+    then one ``end`` event once the match is no longer running. Snapshots are read and drawn in
+    a worker thread (a long match's page takes a while to draw; the match's own event loop must
+    not wait for it), and never more often than they take to draw."""
+    cache = cache or SnapshotCache()
+    seq, last_key, idle = 0, None, 0.0
+    while True:
+        running = match.status == "running"
+        started = time.monotonic()
+        snap = await asyncio.to_thread(cache.snapshot, match)
+        took = time.monotonic() - started
+        key = (snap["steps"], snap["status"], tuple(snap["waiting_for"]))
+        if key != last_key:
+            seq += 1
+            snap["seq"] = seq
+            yield sse("state", snap, seq)
+            last_key, idle = key, 0.0
+        if not running:
+            yield sse("end", {"seq": seq + 1, "status": snap["status"]}, seq + 1)
+            return
+        pause = max(poll_s, took)
+        await asyncio.sleep(pause)
+        idle += pause
+        if idle >= KEEPALIVE_S:
+            yield ": keep-alive\n\n"
+            idle = 0.0
+
+
+LIVE_CSS = """
+.live{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
+.live .box{border:1px solid #ccc;border-radius:6px;padding:.5em 1em}
+.live .big{font-size:1.6em;font-weight:bold}
+"""
+
+SCRIPT = """
+(function () {
+  "use strict";
+  var updates = 0;
+  function text(id, value) { document.getElementById(id).textContent = String(value); }
+  function fmt(x) { return (typeof x === "number") ? x.toFixed(3) : String(x); }
+  function rewards(snap) {
+    var body = document.getElementById("rewards");
+    var rows = [];
+    Object.keys(snap.seats).forEach(function (seat) {
+      var tr = document.createElement("tr");
+      var cells = [seat, snap.seats[seat], fmt(snap.rewards[seat] || 0),
+                   snap.returns ? fmt(snap.returns[seat]) : "-",
+                   String((snap.timeouts || {})[seat] || 0)];
+      cells.forEach(function (c, i) {
+        var td = document.createElement("td");
+        td.textContent = c;
+        if (i >= 2) { td.className = "num"; }
+        tr.appendChild(td);
+      });
+      tr.setAttribute("data-seat", seat);
+      rows.push(tr);
+    });
+    body.replaceChildren.apply(body, rows);
+  }
+  function show(snap) {
+    updates += 1;
+    document.body.setAttribute("data-updates", String(updates));
+    document.body.setAttribute("data-seq", String(snap.seq));
+    document.body.setAttribute("data-status", snap.status);
+    text("round", snap.round);
+    text("phase", snap.phase || "-");
+    text("status", snap.status);
+    text("steps", snap.steps);
+    var m = snap.mechanism || {};
+    var parts = Object.keys(m).map(function (k) { return k + "=" + String(m[k]); });
+    text("mechanism", parts.length ? parts.join(", ") : "- (no round cleared yet)");
+    text("waiting", (snap.waiting_for || []).join(", ") || "-");
+    rewards(snap);
+    // the episode as the report draws it: HTML escaped by the server, parsed inert
+    var doc = new DOMParser().parseFromString(snap.html, "text/html");
+    var target = document.getElementById("episode");
+    target.replaceChildren.apply(target, Array.prototype.slice.call(doc.body.childNodes));
+  }
+  var source = new EventSource(location.pathname.replace(/\\/$/, "") + "/events");
+  source.addEventListener("state", function (e) { show(JSON.parse(e.data)); });
+  source.addEventListener("end", function () {
+    source.close();
+    document.body.setAttribute("data-ended", "1");
+  });
+  source.onerror = function () { text("connection", "connection lost; reload to resume"); };
+})();
+"""
+
+
+def _sha256(text: str) -> str:
+    return base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")
+
+
+def live_policy(nonce: str) -> str:
+    """The live page's Content-Security-Policy: its one script (by nonce), its stylesheet (by
+    hash), event-stream requests to its own origin, nothing else."""
+    return (
+        "default-src 'none'; object-src 'none'; base-uri 'none'; form-action 'none'; "
+        f"script-src 'nonce-{nonce}'; style-src 'sha256-{_sha256(CSS + LIVE_CSS)}'; "
+        "img-src data:; connect-src 'self'; frame-ancestors 'none'"
+    )
+
+
+def live_page(match_id: str, nonce: str) -> str:
+    """The page's shell: counters, the rewards table and the episode, filled by the stream."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="referrer" content="no-referrer">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>gpumarket live match {match_id}</title>
+<style>{CSS + LIVE_CSS}</style></head>
+<body data-updates="0">
+<header><h1>gpumarket live match</h1><p class="muted">match {match_id}
+<span id="connection"></span></p></header>
+<main>
+<div class="live">
+<div class="box">round<div class="big" id="round">-</div></div>
+<div class="box">phase<div class="big" id="phase">-</div></div>
+<div class="box">status<div class="big" id="status">connecting</div></div>
+<div class="box">steps<div class="big" id="steps">0</div></div>
+<div class="box">waiting for<div id="waiting">-</div></div>
+</div>
+<p>mechanism in force (last cleared round): <span id="mechanism">-</span></p>
+<h2>Cumulative reward per seat</h2>
+<table><thead><tr><th>seat</th><th>agent</th><th>cumulative reward</th><th>return</th>
+<th>timeouts</th></tr></thead><tbody id="rewards"></tbody></table>
+<div id="episode"></div>
+</main>
+<script nonce="{nonce}">{SCRIPT}</script>
+</body></html>
+"""
+
+
+def live_router(registry: MatchRegistry) -> APIRouter:
+    """The live view's routes for the app holding ``registry``."""
+    router = APIRouter()
+    cache = SnapshotCache(registry)
+
+    @router.get("/matches/{match_id}/live", response_class=HTMLResponse)
+    async def live(match_id: MatchId) -> HTMLResponse:
+        """The live view page of a match (public: no token needed)."""
+        registry.get(match_id)  # 404 for an unknown match
+        nonce = secrets.token_urlsafe(18)
+        return HTMLResponse(
+            live_page(match_id, nonce),
+            headers={
+                "Content-Security-Policy": live_policy(nonce),
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "no-referrer",
+            },
+        )
+
+    @router.get("/matches/{match_id}/live/events")
+    async def events(match_id: MatchId, request: Request) -> StreamingResponse:
+        """The match's public snapshots as server-sent events (``state`` ..., then ``end``)."""
+        match = registry.get(match_id)
+
+        async def stream() -> AsyncIterator[str]:
+            async for chunk in follow(match, cache=cache):
+                if await request.is_disconnected():
+                    return
+                yield chunk
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    return router
