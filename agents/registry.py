@@ -32,6 +32,7 @@ from agents.population import (
     ShaderBidder,
     ShortSeller,
 )
+from agents.human import HumanAgent
 from agents.remote import RemoteAgent
 from agents.scripted import (
     AlwaysAcceptBidder,
@@ -76,6 +77,7 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
 WITH_PARAMS: dict[str, Callable[..., BaseAgent]] = {
     TorchPolicyAgent.name: TorchPolicyAgent,
     RemoteAgent.name: RemoteAgent,
+    HumanAgent.name: HumanAgent,  # a person at a terminal (gpumarket play)
 }
 
 
