@@ -93,9 +93,7 @@ def schema_type(prop: dict[str, Any]) -> str:
 def field_order(cls: type[BaseModel]) -> list[str]:
     """The fields a person fills in: required ones first, then optional ones, ``reasoning`` last."""
     names = [n for n in cls.model_fields if n not in SKIPPED_FIELDS]
-    return sorted(
-        names, key=lambda n: (n == "reasoning", not cls.model_fields[n].is_required())
-    )
+    return sorted(names, key=lambda n: (n == "reasoning", not cls.model_fields[n].is_required()))
 
 
 def schema_kinds(prop: dict[str, Any]) -> set[str]:
@@ -183,9 +181,7 @@ class HumanAgent(BaseAgent):
         c.rule(Text(head, style="bold"))
         market = Table.grid(padding=(0, 2))
         market.add_row("mechanism", Text(clean(obs.mechanism.model_dump(mode="json"))))
-        market.add_row(
-            "capacity", Text(f"{obs.capacity} blocks, reliability {obs.reliability:g}")
-        )
+        market.add_row("capacity", Text(f"{obs.capacity} blocks, reliability {obs.reliability:g}"))
         market.add_row("active labs", Text(clean(", ".join(obs.active_labs))))
         market.add_row("reputations", Text(clean(obs.reputations)))
         if obs.price_history:
@@ -236,7 +232,9 @@ class HumanAgent(BaseAgent):
                 kind = self.pick(choice, observation.legal_actions)
                 action = None if kind is None else self.guided(kind, observation, designer)
             if action is not None:
-                self.say(f"  -> {clean(action.model_dump(mode='json', exclude_none=True))}", "green")
+                self.say(
+                    f"  -> {clean(action.model_dump(mode='json', exclude_none=True))}", "green"
+                )
                 return action
 
     def pick(self, choice: str, legal: Iterable[str]) -> str | None:

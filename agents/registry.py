@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from agents.base import BaseAgent
+from agents.human import HumanAgent
 from agents.llm.agent import make_llm_agent
 from agents.llm.spec import unknown_parameter_message
 from agents.population import (
@@ -32,7 +33,6 @@ from agents.population import (
     ShaderBidder,
     ShortSeller,
 )
-from agents.human import HumanAgent
 from agents.remote import RemoteAgent
 from agents.scripted import (
     AlwaysAcceptBidder,

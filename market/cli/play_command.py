@@ -15,7 +15,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from agents.human import HumanAgent
