@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from market.serve import human_page
 from market.serve.matches import MatchConfig, MatchError, MatchRegistry
 
 MAX_BODY = 64 * 1024
@@ -228,6 +229,7 @@ def create_app(
             raise MatchError(409, "the match is still running; the transcript comes when it ends")
         return Response(match.transcript.read_bytes(), media_type="application/x-ndjson")
 
+    app.include_router(human_page.router)  # the browser human seat: /matches/{id}/play
     app.add_middleware(BodyLimit, limit=max_body)
     return app
 
