@@ -298,7 +298,14 @@ class HumanAgent(BaseAgent):
             sub = {n: ann.model_fields[n] for n in field_order(ann)}
             return self.fields(sub, ann.model_json_schema()["properties"], list(sub))
         required = info.is_required()
-        default = "" if required else f", blank = {clean(info.get_default(), 60)}"
+        given = None if required else info.get_default(call_default_factory=True)
+        default = (
+            ""
+            if required
+            else ", blank = leave out"
+            if given is None
+            else f", blank = {clean(given, 60)}"
+        )
         desc = f" - {clean(info.description, 160)}" if info.description else ""
         kind = schema_type(prop) if prop else "any"
         prompt = f"  {name} ({kind}{default}){desc}: "

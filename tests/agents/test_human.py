@@ -23,7 +23,8 @@ from rich.console import Console
 from agents.base import BaseAgent
 from agents.human import HumanAgent, HumanQuit, clean, coerce
 from agents.registry import make_agent
-from market.core.actions import ActionModel, Bid, SendMessage, SendOffer, Wait
+from market.core.actions import ActionModel, Bid, SendMessage, SendOffer, SetMechanism, Wait
+from market.environment.aec import raw_env
 from market.record.replay import replay
 from market.record.transcript import read_transcript
 from market.run.rollout import run_episode
@@ -165,6 +166,24 @@ def test_answers_are_read_by_the_field_schema() -> None:
         "bidder_2",
     ]
     assert isinstance(make_agent("human"), HumanAgent)  # a spec any runner can seat
+
+
+def test_the_designer_fills_a_nested_mechanism() -> None:
+    env = raw_env("market_round")
+    env.reset(seed=0)
+    obs, *_ = env.last()
+    assert obs.seat == "designer_0" and "set_mechanism" in obs.legal_actions
+    # units blank, auction_type vcg, a bad reserve re-asked, then 7; the rest left out
+    agent, feed, screen = human(["set_mechanism", "", "vcg", "cheap", "7", *[""] * 11])
+    action = agent.act(obs)
+    assert isinstance(action, SetMechanism) and feed.answers == []
+    assert action.mechanism.model_dump(exclude_none=True) == {
+        "auction_type": "vcg",
+        "reserve_price": 7.0,
+    }
+    assert "reserve_price: Input should be a valid number" in screen.getvalue()
+    env.step(action)
+    assert env.infos["designer_0"].get("error") is None
 
 
 def play(args: list[str], answers: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
