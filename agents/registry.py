@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from agents.base import BaseAgent
+from agents.human import HumanAgent
 from agents.llm.agent import make_llm_agent
 from agents.llm.spec import unknown_parameter_message
 from agents.population import (
@@ -76,6 +77,7 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
 WITH_PARAMS: dict[str, Callable[..., BaseAgent]] = {
     TorchPolicyAgent.name: TorchPolicyAgent,
     RemoteAgent.name: RemoteAgent,
+    HumanAgent.name: HumanAgent,  # a person at a terminal (gpumarket play)
 }
 
 

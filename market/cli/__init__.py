@@ -28,6 +28,7 @@ from market.cli.commands import (
 )
 from market.cli.openenv_command import cmd_openenv
 from market.cli.parser import EXAMPLES, build_parser, one_line, parse_seat, parse_seeds
+from market.cli.play_command import cmd_play
 from market.cli.serve_command import cmd_serve
 from scenarios import ScenarioError
 
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         "export-sft": cmd_export_sft,
         "openenv": cmd_openenv,
         "serve": cmd_serve,
+        "play": cmd_play,
     }[args.command]
     try:
         return handler(args)

@@ -9,6 +9,8 @@ from pathlib import Path
 from market.bench.config import DEFAULT_THRESHOLD, SECTIONS, parse_sections
 from market.cli.leaderboard_command import add_leaderboard_arguments
 from market.cli.openenv_command import add_openenv_parser
+from market.cli.play_command import EXAMPLE as PLAY_EXAMPLE
+from market.cli.play_command import add_play_arguments
 from market.cli.serve_command import EXAMPLE as SERVE_EXAMPLE
 from market.cli.serve_command import add_serve_arguments
 from market.run.async_runner import add_llm_arguments
@@ -46,6 +48,7 @@ EXAMPLES = {
     "--designers fixed,rule_designer --scenario market_round --seeds 0:10 "
     "--out runs/tournament\n  (rerun the same command to resume an interrupted run)",
     "serve": SERVE_EXAMPLE,
+    "play": PLAY_EXAMPLE,
 }
 
 
@@ -578,6 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_arguments(
         add("serve", "Host matches with remote seats over HTTP, or an agent service.")
     )
+    add_play_arguments(add("play", "Play one seat yourself, in the terminal, against agents."))
     return parser
 
 

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from market.serve.live_view import live_router
+from market.serve import human_page
 from market.serve.matches import MatchConfig, MatchError, MatchRegistry
 
 MAX_BODY = 64 * 1024
@@ -232,6 +233,7 @@ def create_app(
         return Response(match.transcript.read_bytes(), media_type="application/x-ndjson")
 
     app.include_router(live_router(registry))  # the live match view: page and event stream
+    app.include_router(human_page.router)  # the browser human seat: /matches/{id}/play
     app.add_middleware(BodyLimit, limit=max_body)
     return app
 

@@ -13,6 +13,8 @@
   checked against the recorded observation digest), answered by the action it played as compact
   JSON (``None`` fields and ``agent`` left out). This is how a scripted expert is distilled into an
   LLM.
+- A seat a person played (the ``human`` agent, ``gpumarket play``) is rendered the same way,
+  always (no flag needed): a human game is SFT data. Its ``metadata["kind"]`` is ``human``.
 
 A decision is *valid* when the reply parsed (no fallback) and the env accepted the action (no
 ``info.error``). Filters: seats, agent spec (a glob on the header's seat spec), phases, minimum
@@ -58,6 +60,12 @@ Messages = list[dict[str, str]]
 def _is_llm_seat(t: Transcript, seat: str) -> bool:
     spec = t.header.seats.get(seat)
     return spec is not None and spec.kind == "llm"
+
+
+def _is_human_seat(t: Transcript, seat: str) -> bool:
+    """A seat a person played (the ``human`` agent: ``gpumarket play``)."""
+    spec = t.header.seats.get(seat)
+    return spec is not None and spec.name == "human"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +149,8 @@ def iter_decisions(t: Transcript, include_scripted: bool = False) -> Iterator[di
     """
     per_step, totals = _returns(t)
     closers = _round_closers(t)
-    replayer = Replayer(t) if include_scripted else None
+    humans = {s for s in t.header.seats if _is_human_seat(t, s)}
+    replayer = Replayer(t) if include_scripted or humans else None
     closer_idx = 0
     for ev in t.steps:
         obs = live = None
@@ -151,7 +160,8 @@ def iter_decisions(t: Transcript, include_scripted: bool = False) -> Iterator[di
             closer_idx += 1
         end = closers[closer_idx] if closer_idx < len(closers) else len(t.steps) - 1
         if ev.live:
-            yield _decision(t, ev, obs, per_step, totals, end, prompt_messages)
+            shown = obs if include_scripted or ev.seat in humans else None
+            yield _decision(t, ev, shown, per_step, totals, end, prompt_messages)
         if replayer is not None:
             replayer.advance()
 
@@ -175,7 +185,7 @@ def _decision(
         "step": ev.i,
         "seat": seat,
         "agent": spec.spec if spec else None,
-        "kind": "llm" if is_llm else "scripted",
+        "kind": "llm" if is_llm else "human" if _is_human_seat(t, seat) else "scripted",
         "model": spec.model if spec else None,
         "round": ev.round,
         "phase": ev.phase,
