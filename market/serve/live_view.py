@@ -11,8 +11,10 @@ Two routes join the served-matches app (:func:`live_router`):
   and plots). The stream ends with one ``end`` event when the match is no longer running.
 
 The rule of what a spectator sees: exactly what the spectator endpoint shows, plus each step's
-action without its free-text ``reasoning`` (and a private message without its text), its reward, and each closed round's summary (bids
-are shown once the round has cleared). Never a seat's observation, prompt, model output or step
+action without its free-text ``reasoning`` (and a private message without its text), its reward, and
+each closed round's summary. Bids are sealed while the match runs: a bid's amounts, and a closed
+round's ``bids``, are shown only for rounds whose mechanism had ``reveal_competing_bids`` on (what
+the seats themselves were shown); the rest appear once the match has ended, as in the report. Never a seat's observation, prompt, model output or step
 result, never the seed, seat seeds or digests (from which private state could be redrawn).
 
 Everything user- or model-written is escaped server-side by the report's HTML builder; the page's
@@ -36,7 +38,7 @@ from fastapi import APIRouter, Request
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from market.record.reader import read_transcript
+from market.record.reader import Transcript, read_transcript
 from market.record.report.episode import Episode, Event, as_mapping, event_of
 from market.record.report.markup import clean_text
 from market.record.report.page import CSS, episode_section
@@ -52,13 +54,20 @@ PRIVATE_TEXT = "(private message)"
 KEEPALIVE_S = 15.0
 
 
-def _public_event(ev: Event) -> Event:
-    """A step as a spectator sees it: the action without ``reasoning``, no result, no LLM data."""
+#: what a spectator sees instead of a bid's amounts while they are sealed
+SEALED = "(sealed)"
+
+
+def public_event(ev: Event, revealed: bool = True) -> Event:
+    """A step as a spectator sees it: the action without ``reasoning``, no result, no LLM data;
+    a bid's amounts only when ``revealed``."""
     action = ev.action
     if isinstance(action, Mapping):
         action = {k: v for k, v in action.items() if k != "reasoning"}
         if action.get("action_type") == "send_message" and action.get("to", "all") != "all":
             action["text"] = PRIVATE_TEXT  # a private message: who to whom, not what
+        if action.get("action_type") == "bid" and not revealed:
+            action = {"action_type": "bid", "bids": SEALED}
     return Event(
         step=ev.step,
         round=ev.round,
@@ -73,6 +82,32 @@ def _public_event(ev: Event) -> Event:
     )
 
 
+def public_steps(
+    t: Transcript, ended: bool
+) -> tuple[list[Event], list[dict[str, Any]], dict[str, list[float]]]:
+    """A transcript as a spectator sees it: the public events, the round summaries and each
+    seat's rewards step by step. Until the match has ended, bids are sealed except in the closed
+    rounds whose mechanism revealed competing bids (what the seats themselves saw)."""
+    revealed = {
+        r.round
+        for r in t.rounds
+        if as_mapping(r.summary.get("mechanism")).get("reveal_competing_bids")
+    }
+    events: list[Event] = []
+    rewards: dict[str, list[float]] = {}
+    for step in t.steps:
+        for seat, value in step.rewards.items():
+            rewards.setdefault(clean_text(seat), []).append(float(value))
+        events.append(public_event(event_of(step), ended or step.round in revealed))
+    rounds: list[dict[str, Any]] = []
+    for r in t.rounds:
+        summary = dict(r.summary)
+        if not ended and r.round not in revealed:
+            summary.pop("bids", None)
+        rounds.append(summary)
+    return events, rounds, rewards
+
+
 def public_snapshot(match: Match) -> dict[str, Any]:
     """The match as a spectator may see it now (see the module docstring for the rule)."""
     view = match.public_view()
@@ -85,11 +120,11 @@ def public_snapshot(match: Match) -> dict[str, Any]:
     except TranscriptError:
         t = None  # not written yet
     if t is not None:
-        for step in t.steps:
-            for seat, value in step.rewards.items():
-                cumulative.setdefault(clean_text(seat), []).append(float(value))
-            ep.events.append(_public_event(event_of(step)))
-        ep.rounds.extend(dict(r.summary) for r in t.rounds)
+        events, rounds, rewards = public_steps(t, ended=view["status"] != "running")
+        ep.events.extend(events)
+        ep.rounds.extend(rounds)
+        for seat, values in rewards.items():
+            cumulative.setdefault(seat, []).extend(values)
     if "returns" in view:
         ep.footer = {"status": view["status"], "returns": view["returns"]}
     else:

@@ -33,8 +33,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from market.serve.live_view import live_router
 from market.serve import human_page
+from market.serve.live_view import live_router
 from market.serve.matches import MatchConfig, MatchError, MatchRegistry
 
 MAX_BODY = 64 * 1024

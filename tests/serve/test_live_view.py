@@ -28,7 +28,7 @@ import market.serve.live_view as live
 from agents.registry import make_agent
 from market.environment import Observation
 from market.record.reader import read_transcript
-from market.serve.live_view import PRIVATE_TEXT
+from market.serve.live_view import PRIVATE_TEXT, SEALED, public_steps
 from market.serve.matches import MatchConfig, MatchRegistry
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -350,3 +350,31 @@ def test_snapshot_cache_draws_a_match_once_per_change(
         assert set(cache.last) == {other.id}
 
     asyncio.run(scenario())
+
+
+def test_bids_stay_sealed_while_the_match_runs() -> None:
+    """A spectator sees a bid's amounts only for rounds whose mechanism revealed competing bids,
+    until the match ends; then everything, as in the report. The golden coalition_market episode
+    has rounds of both kinds."""
+    root = Path(__file__).resolve().parents[2]
+    t = read_transcript(root / "transcripts" / "golden" / "coalition_market.jsonl")
+    revealed = {
+        r.round for r in t.rounds if r.summary["mechanism"]["reveal_competing_bids"] is True
+    }
+    sealed = {r.round for r in t.rounds} - revealed
+    assert revealed and sealed  # both kinds, or the test proves nothing
+    running, running_rounds, _ = public_steps(t, ended=False)
+    ended, ended_rounds, _ = public_steps(t, ended=True)
+    bids_running = [
+        e for e in running if isinstance(e.action, dict) and e.action.get("action_type") == "bid"
+    ]
+    bids_ended = [
+        e for e in ended if isinstance(e.action, dict) and e.action.get("action_type") == "bid"
+    ]
+    assert len(bids_running) == len(bids_ended) > 0
+    for shown, done in zip(bids_running, bids_ended, strict=True):
+        assert done.action["bids"] != SEALED
+        assert (shown.action["bids"] == SEALED) == (shown.round in sealed)
+    for live_round, done_round in zip(running_rounds, ended_rounds, strict=True):
+        assert "bids" in done_round
+        assert ("bids" in live_round) == (done_round["round"] in revealed)
