@@ -8,8 +8,8 @@ own worker thread, up to ``max_sessions`` at once (one more is refused with Open
 request), as OpenEnv defines them: a session needs the WebSocket. The protocol, its messages and
 its errors are OpenEnv's; this module only configures them.
 
-Safety: the server binds 127.0.0.1 unless told otherwise; a WebSocket message is at most
-``MAX_MESSAGE_BYTES``; a bad reset option is a 400 over HTTP and an ``EXECUTION_ERROR`` message
+Safety: the server binds 127.0.0.1 unless told otherwise; a WebSocket message and an HTTP request
+body are each at most ``MAX_MESSAGE_BYTES`` (a larger body gets 413 before it is read); a bad reset option is a 400 over HTTP and an ``EXECUTION_ERROR`` message
 over the WebSocket, with the same one-line reason; the line-up may not name LLM seats unless the
 server allows it (they would make the server call the URLs they name).
 """
@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_fastapi_app
 
+from market.serve.match_app import BodyLimit
 from market.serve.openenv_env import (
     MarketAction,
     MarketEnvironment,
@@ -63,6 +64,7 @@ def create_market_app(
         return JSONResponse(status_code=400, content={"detail": str(exc)})
 
     app.add_exception_handler(SessionError, session_error)
+    app.add_middleware(BodyLimit, limit=MAX_MESSAGE_BYTES)
     return app
 
 

@@ -37,7 +37,7 @@ from websockets.sync.client import connect  # noqa: E402
 from agents.registry import make_agent  # noqa: E402
 from market.environment.aec import raw_env  # noqa: E402
 from market.run.rollout import run_episode  # noqa: E402
-from market.serve.openenv_app import OpenEnvServer  # noqa: E402
+from market.serve.openenv_app import MAX_MESSAGE_BYTES, OpenEnvServer  # noqa: E402
 from market.serve.openenv_client import MarketEnvClient  # noqa: E402
 from market.serve.openenv_env import MarketAction, MarketEnvironment  # noqa: E402
 from scenarios import load_scenario  # noqa: E402
@@ -295,6 +295,13 @@ def test_bad_reset_options_get_a_one_line_reason(
         assert reply.status_code == 422
     else:
         assert reply.status_code == 400 and reason in reply.json()["detail"]
+
+
+def test_an_oversized_http_body_is_refused_before_it_is_read(server: OpenEnvServer) -> None:
+    big = {"scenario": "single_trade", "pad": "x" * MAX_MESSAGE_BYTES}
+    reply = httpx.post(server.url + "/reset", json=big, timeout=30)
+    assert reply.status_code == 413 and "too large" in reply.json()["error"]
+    assert httpx.get(server.url + "/health").json()["status"] == "healthy"
 
 
 def test_http_step_without_a_session_says_to_use_the_websocket(server: OpenEnvServer) -> None:
