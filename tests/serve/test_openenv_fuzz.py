@@ -1,4 +1,5 @@
-"""The market's OpenEnv server never answers 5xx: random JSON bodies (hypothesis) for the HTTP
+"""The market's OpenEnv server never answers 5xx: every operation of its OpenAPI schema with
+schemathesis-generated requests, random JSON bodies (hypothesis) for the HTTP
 ``/reset`` and ``/step`` endpoints get a 2xx or a 4xx, and random messages over a WebSocket
 session get an observation, state or error reply; the session (or, after a message that is not a
 JSON object, the next one) still plays afterwards."""
@@ -13,8 +14,10 @@ import pytest
 pytest.importorskip("openenv")
 
 import httpx  # noqa: E402
+import schemathesis  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from schemathesis.checks import not_a_server_error  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
 
 from market.serve.openenv_app import OpenEnvServer  # noqa: E402
@@ -67,6 +70,23 @@ FUZZ = settings(
 def server() -> Any:
     with SERVER:
         yield SERVER
+
+
+def test_no_request_from_the_openapi_schema_gets_a_5xx() -> None:
+    """Every operation OpenEnv's app publishes, with schemathesis-generated requests."""
+    schema = schemathesis.openapi.from_url(f"{SERVER.url}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {op.path for op in operations} >= {"/reset", "/step", "/state", "/health"}
+    for op in operations:
+
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(case=op.as_strategy())
+        def run(case: Any) -> None:
+            response = case.call(timeout=60)
+            case.validate_response(response, checks=[not_a_server_error])
+            assert response.status_code < 500, (case.path, response.text)
+
+        run()
 
 
 @FUZZ
