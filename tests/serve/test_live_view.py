@@ -11,18 +11,15 @@ import base64
 import json
 import os
 import re
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from devtools import CHROMIUM, browser
 from match_support import auth, create, play_seat, served, wait_done
-from websockets.sync.client import connect
 
 import market.serve.live_view as live
 from agents.registry import make_agent
@@ -31,7 +28,6 @@ from market.record.reader import read_transcript
 from market.serve.live_view import PRIVATE_TEXT, SEALED, public_steps
 from market.serve.matches import MatchConfig, MatchRegistry
 
-CHROMIUM = Path("/usr/bin/chromium")
 SCENARIO = "coalition_market"
 SEED = 48213577  # distinctive: it must never appear in the public stream
 PAYLOAD = (
@@ -186,70 +182,6 @@ def test_live_page_headers_and_unknown_match(server: Any) -> None:
     wait_done(base, made["match_id"])
 
 
-# --- headless Chromium through the DevTools protocol -----------------------------------------
-
-
-class DevTools:
-    """One page of a headless Chromium, driven over its DevTools WebSocket."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws, self.next_id = ws, 0
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.next_id += 1
-        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv(timeout=30))
-            if msg.get("id") == self.next_id:
-                assert "error" not in msg, msg
-                return dict(msg["result"])
-
-    def eval(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        return result["result"].get("value")
-
-
-@contextmanager
-def chromium_page(profile: Path) -> Iterator[DevTools]:
-    proc = subprocess.Popen(
-        [
-            str(CHROMIUM),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            f"--user-data-dir={profile}",
-            "--remote-debugging-port=0",
-            "about:blank",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        port = None
-        end = time.monotonic() + 30
-        while port is None and time.monotonic() < end:
-            line = proc.stderr.readline()
-            found = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
-            port = int(found.group(1)) if found else None
-        assert port is not None, "chromium printed no DevTools address"
-        pages = httpx.get(f"http://127.0.0.1:{port}/json/list").json()
-        page = next(p for p in pages if p["type"] == "page")
-        with connect(page["webSocketDebuggerUrl"], max_size=2**24) as ws:
-            yield DevTools(ws)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
     not CHROMIUM.exists(),
@@ -260,20 +192,20 @@ def test_live_page_in_headless_chromium_updates_and_runs_nothing(
 ) -> None:
     base, out = server
     made, players, _ = start_match(base, 0.15)  # slow enough to watch
-    with chromium_page(tmp_path / "profile") as page:
+    with browser(tmp_path / "profile") as page:
         page.call("Page.navigate", url=f"{base}{made['live_url']}")
         end = time.monotonic() + 30
-        while page.eval("document.body && document.body.dataset.updates") in (None, "0"):
+        while page.js("document.body && document.body.dataset.updates") in (None, "0"):
             assert time.monotonic() < end, "the page got no update"
             time.sleep(0.05)
         for t in players:
             t.start()
         seen: list[tuple[str, str, str]] = []
         end = time.monotonic() + 120
-        while page.eval("document.body.dataset.ended") != "1":
+        while page.js("document.body.dataset.ended") != "1":
             assert time.monotonic() < end, "the page never saw the end"
             seen.append(
-                page.eval(
+                page.js(
                     "[document.getElementById('round').textContent,"
                     " document.getElementById('steps').textContent,"
                     " document.getElementById('rewards').textContent]"
@@ -287,19 +219,19 @@ def test_live_page_in_headless_chromium_updates_and_runs_nothing(
         assert len({rw for _, _, rw in seen}) >= 2  # the rewards changed while it ran
         footer = read_transcript(out / f"{made['match_id']}.jsonl").footer
         assert footer is not None
-        cells = page.eval(
+        cells = page.js(
             "Array.from(document.querySelectorAll('#rewards tr')).map("
             "r => [r.dataset.seat, r.children[3].textContent])"
         )
         assert {s: float(v) for s, v in cells} == pytest.approx(footer.returns, abs=1e-3)
-        assert page.eval("document.getElementById('status').textContent") == "done"
+        assert page.js("document.getElementById('status').textContent") == "done"
         # the hostile text is on the page as text, and nothing of it ran
-        assert page.eval("document.title").startswith("gpumarket live match")
-        assert page.eval("window.__pwned === undefined") is True
-        assert page.eval("document.body.dataset.pwned === undefined") is True
-        assert page.eval("document.querySelectorAll('#episode img, #episode script').length") == 0
-        assert page.eval("document.body.textContent.includes('<img src=x onerror=')") is True
-        assert page.eval("document.querySelectorAll('#episode svg').length") >= 3  # the plots
+        assert page.js("document.title").startswith("gpumarket live match")
+        assert page.js("window.__pwned === undefined") is True
+        assert page.js("document.body.dataset.pwned === undefined") is True
+        assert page.js("document.querySelectorAll('#episode img, #episode script').length") == 0
+        assert page.js("document.body.textContent.includes('<img src=x onerror=')") is True
+        assert page.js("document.querySelectorAll('#episode svg').length") >= 3  # the plots
         # a screenshot of the finished page (to GPUMARKET_TEST_ARTIFACTS when set, to look at)
         page.call(
             "Emulation.setDeviceMetricsOverride",
