@@ -150,7 +150,7 @@ _ASKING = re.compile(
     r"^(?:do|does|did|is|are|was|were|can|could|will|would|should|shall|may|might|must|have|has"
     r"|how|what|why|when|who|whom|which|where)\b"
 )
-_SENTENCE = re.compile(r"[^.!?;\n]+[.!?;]?")
+_SENTENCE = re.compile(r"(?:[^.!?;\n]|(?<=\d)\.(?=\d))+[.!?;]?")  # "2.5" is one number
 
 
 def _sentences(text: str, questions: bool = False) -> list[str]:
