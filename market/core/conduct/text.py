@@ -179,15 +179,20 @@ def _num(text: str | None) -> float | None:
 
 
 def extract_claims(seat: str, round: int, source: Source, text: str) -> list[Claim]:
-    """The claims ``text`` makes about its author (conservative; each kind and value once)."""
+    """The claims ``text`` makes about its author, in text order (conservative; each kind and
+    value once)."""
     out: list[Claim] = []
     for sentence in _sentences(text):
+        found: list[tuple[int, Claim]] = []
         for kind, pattern in _CLAIM_PATTERNS:
             for m in pattern.finditer(sentence):
                 if _hedged(sentence, m.start()):
                     continue
                 value = _num(m.group(1)) if m.groups() else 0.0
-                out.append(Claim(seat, round, source, kind, value or 0.0, m.group(0)))
+                found.append(
+                    (m.start(), Claim(seat, round, source, kind, value or 0.0, m.group(0)))
+                )
+        out.extend(c for _, c in sorted(found, key=lambda x: x[0]))
     return _unique(out)
 
 
