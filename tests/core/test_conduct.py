@@ -266,6 +266,11 @@ def test_coalitions_promise_to_stay_and_pledge() -> None:
     assert judge_promise(stay, left, 2).label == "broken"  # broken before the term ends
     other = SeatRecord(actions=((2, LeaveCoalition(coalition_id="c2")),))
     assert judge_promise(stay, other, 4).label == "kept"
+    join = Promise(SEAT, 1, "message", "join", (OTHER,), 2, ref="c3")
+    joined_other = SeatRecord(actions=((1, CommitToCoalition(coalition_id="c4")),))
+    assert judge_promise(join, joined_other, 3).label == "broken"  # joined another coalition
+    joined = SeatRecord(actions=((2, CommitToCoalition(coalition_id="c3")),))
+    assert judge_promise(join, joined, 2).label == "kept"
     (commit,) = promises_from_action(SEAT, 2, CommitToCoalition(coalition_id="c3"))
     assert (commit.kind, commit.ref, commit.due_round) == ("stay", "c3", 2)
 

@@ -194,7 +194,11 @@ def judge_promise(promise: Promise, record: SeatRecord, now: int) -> Verdict:
         )
         done, why = got >= need_f - 1e-9, f"{got:g} of {need_f:g} by round {last}"
     elif p.kind == "join":
-        done = any(isinstance(a, CommitToCoalition | FormCoalition) for a in acts)
+        done = any(
+            isinstance(a, FormCoalition)
+            or (isinstance(a, CommitToCoalition) and p.ref in (None, a.coalition_id))
+            for a in acts
+        )
         why = "joined" if done else "did not join"
     elif p.kind == "bid":
         tops = [max(a.bids) for a in acts if isinstance(a, Bid) and a.bids]
