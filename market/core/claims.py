@@ -217,6 +217,17 @@ def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
+def number_words_as_digits(text: str) -> str:
+    """``text`` (already :func:`normalise`-d) with the number words zero..ten as digits."""
+    return _NUMBER_WORD_RE.sub(lambda m: _NUMBER_WORDS[m.group(1)], text)
+
+
+def gives_instructions(text: str) -> bool:
+    """Whether ``text`` addresses a judge or model with instructions (the injection gate)."""
+    norm = normalise(text)
+    return any(p.search(norm) for p in _INJECTION)
+
+
 @dataclass(frozen=True, slots=True)
 class TextReport:
     """The text-quality gates and soft hype count of one pitch."""
@@ -256,7 +267,7 @@ def inspect_text(text: str) -> TextReport:
         gates.append(
             f"too long ({len(text)} characters, {n} words; cap {MAX_PITCH_CHARS}/{MAX_PITCH_WORDS})"
         )
-    if any(p.search(norm) for p in _INJECTION):
+    if gives_instructions(text):
         gates.append("addresses the judge with instructions")
     return TextReport(n, hype, tuple(gates))
 
@@ -332,7 +343,7 @@ def check_claims(pitch: Pitch, lab: Lab, context: JudgeContext) -> list[Claim]:
     if v is not None:
         value_claim(float(v), False, "field")
 
-    text = _NUMBER_WORD_RE.sub(lambda m: _NUMBER_WORDS[m.group(1)], normalise(pitch.text))
+    text = number_words_as_digits(normalise(pitch.text))
     for pattern, to_round, tolerance in _DEADLINE_PATTERNS:
         for m in pattern.finditer(text):
             deadline_claim(to_round(m, now), tolerance, "text")
