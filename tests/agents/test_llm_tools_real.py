@@ -168,12 +168,15 @@ def test_abandoned_request_is_closed_but_llama_cpp_python_finishes_it(llama: Lla
     story = [{"role": "user", "content": "Write a very long story about GPUs."}]
     b = backend(llama)
     before = len(eval_runs(llama.log_tail(10**7)))
+    # 160 tokens with both end tokens banned: the reply cannot stop early, and it takes seconds
+    # even on a fast core, so the 0.5 s deadline always falls mid-decode (12 tokens once
+    # finished inside a 1 s deadline on an idle CI core).
+    no_end = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>
+    params = {"temperature": 0.0, "max_tokens": 160, "logit_bias": no_end}
 
     async def abandon() -> None:
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(
-                b.acomplete(story, None, {"temperature": 0.0, "max_tokens": 12}), 1.0
-            )
+            await asyncio.wait_for(b.acomplete(story, None, params), 0.5)
 
     asyncio.run(abandon())
     deadline = time.monotonic() + 600
@@ -181,7 +184,7 @@ def test_abandoned_request_is_closed_but_llama_cpp_python_finishes_it(llama: Lla
         time.sleep(0.5)
     runs = eval_runs(llama.log_tail(10**7))
     assert len(runs) == before + 1, llama.log_tail(1500)
-    assert runs[-1] == 11  # all 12 tokens decoded (the first comes with the prompt) for nobody
+    assert runs[-1] == 159  # all 160 tokens decoded (the first comes with the prompt) for nobody
 
 
 def test_hf_backend_has_no_tools_and_counts_with_its_tokenizer() -> None:
