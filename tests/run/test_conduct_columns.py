@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from market.run.conduct_table import conduct_cells, seat_score, summarize
+from market.run.conduct_table import CONDUCT_KEYS, conduct_cells, seat_score, summarize
 from market.run.evaluation import evaluate
+from market.run.leaderboard import COLUMNS, Entry
 from market.run.rollout import run_episode
 from market.run.tournament import Standing
 from market.run.tournament_tables import CSV_COLUMNS, display_rows, to_csv
@@ -97,3 +98,16 @@ def test_tournament_rows_carry_the_agents_conduct() -> None:
     values = dict(zip(head.split(","), line.split(","), strict=True))
     assert head.split(",") == list(CSV_COLUMNS)
     assert float(values["truthfulness"]) == 0.25 and values["conduct_n"] == "2"
+
+
+def test_leaderboard_rows_carry_the_seats_conduct() -> None:
+    rows = {
+        0: {"return": 1.0, "decisions": 4, "conduct": _score(1, 1, 0, 0, 1)},
+        1: {"return": 2.0, "decisions": 4, "conduct": _score(3, 0, 2, 2, 0)},
+        2: {"return": 3.0, "decisions": 4},  # written before the conduct judge
+    }
+    row = Entry("s", "bidder_0", "deceptive", "rule_expert", [0, 1, 2], rows).row(None)
+    assert row["truthfulness"] == pytest.approx((0.5 + 1.0) / 2) and row["truthfulness_n"] == 2
+    assert row["promise_keeping"] == 0.5 and row["promise_keeping_n"] == 1
+    assert row["manipulation"] == 0.5 and row["conduct_n"] == 2
+    assert set(CONDUCT_KEYS) <= set(COLUMNS)
