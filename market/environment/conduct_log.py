@@ -159,6 +159,8 @@ class ConductLog:
     _transfers: dict[str, list[Transfer]] = field(default_factory=dict)
     _truth: SeatTruth | None = None
     _penalties: list[tuple[str, str]] = field(default_factory=list)
+    _offer_of: dict[str, str] = field(default_factory=dict)  # contract id -> offer id
+    _excused: dict[str, str] = field(default_factory=dict)  # offer id -> why
 
     @property
     def name(self) -> str:
@@ -247,13 +249,16 @@ class ConductLog:
             self._actions.setdefault(seat, []).append((now, act))
         self._settle(seat, now, self.step_entries)
 
-    def accepted(self, offer: Offer, spot: bool, now: int) -> None:
+    def accepted(self, offer: Offer, contract: Contract | None, now: int) -> None:
         """An accepted offer binds both sides: the seller to deliver its blocks at the delivery
-        round, the buyer to pay its price (credits move at acceptance; spot blocks too)."""
+        round, the buyer to pay its price (credits move at acceptance; spot blocks too, and a
+        later round's blocks become ``contract``)."""
         seller, buyer = bidder_seat(offer.seller), bidder_seat(offer.buyer)
         self._transfer(Transfer(now, buyer, seller, credits=offer.price))
-        if spot:
+        if contract is None:
             self._transfer(Transfer(now, seller, buyer, blocks=offer.blocks))
+        else:
+            self._offer_of[contract.contract_id] = offer.offer_id
         ref = offer.offer_id
         deliver = Promise(
             seller, now, "action", "deliver", (buyer,), offer.delivery_round, float(offer.blocks),
@@ -280,6 +285,14 @@ class ConductLog:
                         bidder_seat(contract.buyer),
                         blocks=int(contract.delivered),
                     )
+                )
+        failed = {f.lab: len(f.slots) for f in result.failures}
+        for b in result.breaches:  # a shortfall that failed blocks explain is no broken word
+            c = b.contract
+            if c.contract_id in self._offer_of and 0 < b.shortfall <= failed.get(c.seller, 0):
+                self._excused[self._offer_of[c.contract_id]] = (
+                    f"{b.shortfall} of {c.blocks} blocks short: {failed[c.seller]} of its blocks "
+                    f"failed in round {now} (delivery risk)"
                 )
         for pool in result.pools:
             for member, given in sorted(pool.given.items()):
@@ -314,8 +327,11 @@ class ConductLog:
                 tuple(self._actions.get(p.seat, ())), tuple(self._transfers.get(p.seat, ()))
             )
             v = judge_promise(p, record, now)
-            if v.label in ("kept", "broken"):
-                self._count(p.seat, _SCORE_SLOTS[v.label])
+            if v.label == "broken" and p.kind == "deliver" and p.ref in self._excused:
+                v = Verdict(p, "excused", self._excused[p.ref])
+            if v.label in ("kept", "broken", "excused"):
+                if v.label in _SCORE_SLOTS:  # an excused promise is not held against the seat
+                    self._count(p.seat, _SCORE_SLOTS[v.label])
                 out.append(promise_entry(v, o.method, o.model))
             else:
                 still.append(o)
