@@ -224,7 +224,8 @@ class LLMConductReader:
     ``repairs``: how many times an invalid reply is sent back with its error (default once) before
     the rule reading is used. Counters: ``calls`` (backend requests), ``cache_hits``, ``repairs_made``,
     ``fallbacks`` (texts read by the rule reader instead; ``fallback_reasons`` counts them by
-    reason); ``exchanges`` holds one dict per text read (cache key, messages, replies, outcome).
+    reason), ``degraded`` (request features the backend did not send, e.g. a response format the
+    server rejected, by the backend's note); ``exchanges`` holds one dict per text read (cache key, messages, replies, outcome).
     """
 
     def __init__(
@@ -250,6 +251,7 @@ class LLMConductReader:
         self.fallbacks = 0
         self.fallback_reasons: dict[str, int] = {}
         self.last_error: str | None = None
+        self.degraded: dict[str, int] = {}  # features the backend did not send, by note
         self.exchanges: list[dict[str, Any]] = []
 
     # --- prompt and cache ------------------------------------------------------------------
@@ -328,6 +330,8 @@ class LLMConductReader:
                 self.repairs_made += 1
             reply = self.backend.complete(convo, READING_SCHEMA, dict(self.params))
             log["replies"].append(reply.text)
+            for note in reply.extra.get("degraded", ()):
+                self.degraded[note] = self.degraded.get(note, 0) + 1
             try:
                 parsed = LLMReading.model_validate_json(json_object(reply.text))
                 return parsed.model_dump_json()
@@ -462,6 +466,7 @@ class LLMConductReader:
             "repairs": self.repairs_made,
             "fallbacks": self.fallbacks,
             "fallback_reasons": dict(sorted(self.fallback_reasons.items())),
+            "degraded": dict(sorted(self.degraded.items())),
         }
 
 

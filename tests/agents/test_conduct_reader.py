@@ -285,3 +285,14 @@ def test_make_conduct_reader_specs() -> None:
     ]:
         with pytest.raises(ReaderSpecError, match=says):
             make_conduct_reader(bad)
+
+
+def test_a_rejected_response_format_is_counted_as_degraded() -> None:
+    with FakeOpenAIServer(policy=policy, reject_json_schema=400) as fake:
+        r = reader(fake)
+        reading = read(r, "We need 6 blocks.")
+        assert reading.method == "llm" and [c.kind for c in reading.claims] == ["need"]
+        assert r.stats()["degraded"], r.stats()
+        assert all("json_schema" in note for note in r.degraded)
+        assert fake.requests[0].body["response_format"]["type"] == "json_schema"
+        assert fake.requests[-1].body.get("response_format", {}).get("type") != "json_schema"
