@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.llm.conduct_reader import ConductReader, TextReading, make_conduct_reader
+from agents.llm.conduct_reader import make_conduct_reader
 from market.core.actions import Bid, CommitToCoalition, LeaveCoalition
 from market.core.conduct import (
     LiveJob,
@@ -41,12 +41,10 @@ from market.core.conduct import (
     SeatRecord,
     SeatTruth,
     Transfer,
-    extract_claims,
-    extract_promises,
-    flag_manipulation,
     judge_claim,
     judge_promise,
 )
+from market.core.conduct.reading import ConductReader, RuleReader, TextReading
 
 NOW = 2
 SEAT, OTHER = "bidder_0", "bidder_1"
@@ -241,20 +239,6 @@ HELD_OUT: list[Case] = [
 ]
 
 
-def rule_labels(case: Case) -> list[str]:
-    """The rule judge's labels of one case."""
-    labels = [
-        f"claim:{judge_claim(c, case.truth).label}"
-        for c in extract_claims(SEAT, NOW, "message", case.text)
-    ]
-    labels += [
-        f"promise:{judge_promise(p, case.record, case.judged_at).label}"
-        for p in extract_promises(SEAT, NOW, "message", case.text, (OTHER,))
-    ]
-    labels += [f"flag:{f.kind}" for f in flag_manipulation(SEAT, NOW, case.text, FACTS)]
-    return labels
-
-
 def reading_labels(reading: TextReading, case: Case) -> list[str]:
     """The labels of one reader's reading of a case: its claims judged against the case's truth,
     its promises against the case's record, its flags as they are."""
@@ -269,6 +253,11 @@ def reading_labels(reading: TextReading, case: Case) -> list[str]:
 def reader_labels(reader: ConductReader, case: Case) -> list[str]:
     """A reader's labels of one case (the case's text read as a message to :data:`OTHER`)."""
     return reading_labels(reader.read(SEAT, NOW, "message", case.text, (OTHER,), FACTS), case)
+
+
+def rule_labels(case: Case) -> list[str]:
+    """The rule judge's labels of one case (the rule reader, then the exact verdicts)."""
+    return reader_labels(RuleReader(), case)
 
 
 CATEGORIES = (T, F, K, B, P, N, M, X, INNOCENT)

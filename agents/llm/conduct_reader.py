@@ -32,9 +32,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, get_args
+from typing import Any, get_args
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -53,69 +52,14 @@ from market.core.conduct import (
     PromiseKind,
     PublicFacts,
     Source,
-    extract_claims,
-    extract_promises,
-    flag_manipulation,
 )
+from market.core.conduct.reading import RuleReader, TextReading
 from market.core.trust import UNTRUSTED_RULE, quote_untrusted
 
 logger = logging.getLogger(__name__)
 LLM_RUBRIC_VERSION = "conduct-llm-1"
 SPAN_CHARS = 120  # a model reading quotes the text this long as its span
 INVALID = "invalid reply"  # the prefix of a stored fallback outcome
-
-
-# --------------------------------------------------------------------------------------------
-# the reader protocol (temporary copy of market.core.conduct.reading until it lands on main)
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class TextReading:
-    """What a reader found in one text, and who decided: ``method`` is ``rule``, ``llm`` or
-    ``rule-fallback`` (a model's reply could not be used); ``model`` names the model."""
-
-    claims: tuple[Claim, ...] = ()
-    promises: tuple[Promise, ...] = ()
-    flags: tuple[ManipulationFlag, ...] = ()
-    method: str = "rule"
-    model: str | None = None
-    rubric: str = RUBRIC_VERSION
-
-
-class ConductReader(Protocol):
-    """Reads one text by one seat. ``name`` is recorded in the transcript header."""
-
-    name: str
-
-    def read(
-        self,
-        seat: str,
-        round: int,
-        source: Source,
-        text: str,
-        counterparts: tuple[str, ...],
-        facts: PublicFacts,
-    ) -> TextReading: ...
-
-
-class RuleReader:
-    """The rule extractor (:mod:`market.core.conduct.text`): exact, conservative, no model."""
-
-    name = f"rule/{RUBRIC_VERSION}"
-
-    def read(
-        self,
-        seat: str,
-        round: int,
-        source: Source,
-        text: str,
-        counterparts: tuple[str, ...],
-        facts: PublicFacts,
-    ) -> TextReading:
-        return TextReading(
-            tuple(extract_claims(seat, round, source, text)),
-            tuple(extract_promises(seat, round, source, text, counterparts)),
-            tuple(flag_manipulation(seat, round, text, facts)),
-        )
 
 
 # --------------------------------------------------------------------------------------------
