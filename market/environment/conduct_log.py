@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agents.llm.conduct_reader import make_conduct_reader
 from market.core import actions
 from market.core.conduct import (
     RUBRIC_VERSION,
@@ -104,8 +105,14 @@ def promise_entry(v: Verdict, method: str = "rule", model: str | None = None) ->
     return entry
 
 
-def flag_entry(f: ManipulationFlag, method: str = "rule", model: str | None = None) -> Entry:
-    """A manipulation flag as the transcript records it."""
+def flag_entry(
+    f: ManipulationFlag,
+    method: str = "rule",
+    model: str | None = None,
+    rubric: str = RUBRIC_VERSION,
+) -> Entry:
+    """A manipulation flag as the transcript records it (a flag is the reader's own verdict, so
+    it carries the reader's rubric: ``conduct-llm-1`` for a model's reading)."""
     entry: Entry = {
         "kind": "flag",
         "seat": f.seat,
@@ -114,7 +121,7 @@ def flag_entry(f: ManipulationFlag, method: str = "rule", model: str | None = No
         "span": f.span,
         "reason": f.reason,
         "method": method,
-        "rubric": RUBRIC_VERSION if method == "rule" else "",
+        "rubric": rubric,
     }
     if model is not None:
         entry["model"] = model
@@ -240,7 +247,7 @@ class ConductLog:
                 self._claim(judge_claim(c, truth), reading.method, reading.model)
         for f in reading.flags:
             self._count(f.seat, 4)
-            self.step_entries.append(flag_entry(f, reading.method, reading.model))
+            self.step_entries.append(flag_entry(f, reading.method, reading.model, reading.rubric))
         for p in promises:
             self._promise(p, "rule", None)
         for p in reading.promises:
@@ -354,7 +361,8 @@ def public_facts(round: int, results: list[RoundResult]) -> PublicFacts:
 
 
 def conduct_reader(spec: str) -> ConductReader:
-    """The reader a scenario's ``conduct_judge`` names: ``rule`` (the default)."""
+    """The reader a scenario's ``conduct_judge`` names: ``rule`` (the default) or
+    ``llm:openai?model=...`` (:func:`agents.llm.conduct_reader.make_conduct_reader`)."""
     if spec == "rule":
         return RuleReader()
-    raise ValueError(f"conduct_judge {spec!r}: unknown reader; use 'rule'")
+    return make_conduct_reader(spec)
