@@ -55,6 +55,16 @@ _RECORDED = (
     actions.LeaveCoalition,
     actions.Finish,
 )
+# actions that can carry text, a structured claim or a structured promise (see judging.text_of,
+# structured_claims, structured_promises)
+_BINDS = (
+    actions.SendMessage,
+    actions.SendOffer,
+    actions.MakePitch,
+    actions.CounterPitch,
+    actions.FormCoalition,
+    actions.CommitToCoalition,
+)
 _SCORE_SLOTS = {"true": 0, "false": 1, "kept": 2, "broken": 3}
 
 
@@ -213,7 +223,7 @@ class ConductLog:
         """Note the seat's private truth as it speaks (only for actions that can make a claim)."""
         if seat == DESIGNER:
             return
-        if isinstance(act, actions.MakePitch) or text_of(act) is not None:
+        if isinstance(act, _BINDS):
             lab = world.labs[lab_index(seat)]
             self._truth = SeatTruth.of(lab, int(world.holdings[lab.index, now]))
 
@@ -228,6 +238,12 @@ class ConductLog:
         """Judge what a successful action said and promised, and the promises it keeps or breaks
         (``results``: the rounds closed so far, for the public facts a text may misstate)."""
         if seat == DESIGNER:
+            return
+        if isinstance(act, _RECORDED):
+            self._actions.setdefault(seat, []).append((now, act))
+        if not isinstance(act, _BINDS):  # no text, claim or promise: it can only decide one
+            if self._open:
+                self._settle(seat, now, self.step_entries)
             return
         ref = result.get("coalition_id") if isinstance(act, actions.FormCoalition) else None
         promises = structured_promises(seat, now, act, str(ref) if ref is not None else None)
@@ -252,8 +268,6 @@ class ConductLog:
             self._promise(p, "rule", None)
         for p in reading.promises:
             self._promise(p, reading.method, reading.model)
-        if isinstance(act, _RECORDED):
-            self._actions.setdefault(seat, []).append((now, act))
         self._settle(seat, now, self.step_entries)
 
     def accepted(self, offer: Offer, contract: Contract | None, now: int) -> None:
