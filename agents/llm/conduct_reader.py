@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, get_args
 from urllib.parse import parse_qsl
@@ -317,13 +318,16 @@ class LLMConductReader:
             except Exception as exc:  # BackendError, timeouts: counted, not stored
                 reason = f"backend error: {error_text(exc)}"
                 logger.warning("LLM conduct reader (%s): %s", self.model, reason)
-                return self._fallback(seat, round, source, text, counterparts, facts, reason, log)
+                ruled = self._fallback(seat, round, source, text, counterparts, facts, reason, log)
+                return replace(ruled, exchange=log)  # recorded in the step's conduct_reader
             self._remember(key, outcome)
         if outcome.startswith(INVALID):
-            return self._fallback(seat, round, source, text, counterparts, facts, outcome, log)
+            ruled = self._fallback(seat, round, source, text, counterparts, facts, outcome, log)
+            return replace(ruled, exchange=log)
         log["outcome"] = "llm"
         reading = LLMReading.model_validate_json(outcome)
-        return self._convert(reading, seat, round, source, text, counterparts)
+        read = self._convert(reading, seat, round, source, text, counterparts)
+        return replace(read, exchange=log)
 
     def _fallback(
         self,

@@ -168,6 +168,7 @@ class ConductLog:
 
     reader: ConductReader = field(default_factory=RuleReader)
     step_entries: list[Entry] = field(default_factory=list)
+    step_exchanges: list[dict[str, Any]] = field(default_factory=list)  # a model reader's
     rounds: list[dict[str, Any]] = field(default_factory=list)
     # seat -> [claims true, claims false, kept, broken, flags]
     _counts: dict[str, list[int]] = field(default_factory=dict)
@@ -217,6 +218,7 @@ class ConductLog:
     def begin_step(self) -> None:
         """A new step: its entries start empty."""
         self.step_entries = []
+        self.step_exchanges = []
         self._truth = None
 
     def before_action(self, world: World, seat: str, act: actions.ActionModel, now: int) -> None:
@@ -255,6 +257,8 @@ class ConductLog:
         if said is not None and said[1].strip():
             facts = public_facts(now, results)
             reading = self.reader.read(seat, now, said[0], said[1], text_counterparts(act), facts)
+            if reading.exchange is not None:
+                self.step_exchanges.append(dict(reading.exchange))
         truth = self._truth
         if truth is not None:
             for c in claims:

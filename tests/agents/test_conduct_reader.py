@@ -358,6 +358,11 @@ def test_an_episode_judged_with_the_llm_reader_records_model_opinions(tmp_path: 
     assert result.conduct is not None
     assert result.conduct["bidder_1"]["claims_false"] == 1
     assert result.conduct["bidder_1"]["manipulation_attempts"] == 1
+    # the model's exchange is recorded with the step: the request the server got, its reply
+    exchanges = [x for ev in t.steps for x in ev.conduct_reader or []]
+    assert len(exchanges) == 1 and exchanges[0]["outcome"] == "llm"
+    assert exchanges[0]["messages"] == fake.requests[0].body["messages"]
+    assert json.loads(exchanges[0]["replies"][0]) == ANSWERS[LIE]
     # the server is gone: replay plays the recorded readings back and matches exactly
     report = replay(t)
     assert report.ok, report.describe()
