@@ -204,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-transcripts", action="store_true", help="do not record transcripts")
     run.add_argument(
+        "--no-report",
+        action="store_true",
+        help="do not write OUT/<scenario>/report.html and its episode pages",
+    )
+    run.add_argument(
         "--fresh",
         action="store_true",
         help="discard what OUT/<scenario> holds and start over (default: resume)",
@@ -397,7 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = add(
         "report",
         "Write one self-contained HTML report (plots, trade/coalition graph, "
-        "every round) of a transcript or a folder of transcripts (*.jsonl).",
+        "every round) of a transcript or a folder of transcripts (*.jsonl); of a run "
+        "folder, the run report (aggregates, episode index, sampled episode pages).",
     )
     report.add_argument(
         "paths",
@@ -411,7 +417,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         type=Path,
         default=None,
-        help="HTML file to write (default: report.html in DIR, or next to FILE)",
+        help="HTML file to write (default: report.html in DIR, or next to FILE; with "
+        "--episode: DIR/episodes/SEED.html)",
+    )
+    report.add_argument(
+        "--episode",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="of a run folder (gpumarket run's OUT/<scenario>): write the page of episode SEED "
+        "only (the run report links it)",
     )
 
     show = add("show", "Print a transcript in the terminal, round by round.")
