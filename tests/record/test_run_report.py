@@ -38,7 +38,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 SCENARIO, SEEDS = "single_trade", 14
 HOSTILE = (
     "<script>document.title='PWNED';document.body.setAttribute('data-pwned','1')</script>"
-    "<img src=x onerror=\"document.title='PWNED'\">\"><a href=\"javascript:alert(1)\">x</a>"
+    '<img src=x onerror="document.title=\'PWNED\'">"><a href="javascript:alert(1)">x</a>'
 )
 
 
@@ -191,13 +191,13 @@ def test_aggregates_match_the_hand_computation() -> None:
     ]
     text = build_run_report(rows)
     # returns 1, 2, 3: mean 2, half-width t(0.975, 2) * s / sqrt(3) = 4.303 * 1 / 1.732 = 2.484
-    assert "<td class=\"num\">2 \u00b1 2.484</td>" in text
-    assert "<td class=\"num\">3 \u00b1 2.484</td>" in text  # job_value = return + 1
-    assert "<td class=\"num\">-1 \u00b1 0</td>" in text  # auction_payments
+    assert '<td class="num">2 \u00b1 2.484</td>' in text
+    assert '<td class="num">3 \u00b1 2.484</td>' in text  # job_value = return + 1
+    assert '<td class="num">-1 \u00b1 0</td>' in text  # auction_payments
     # welfare 0.25, 0.5, 0.75: mean 0.5, half-width 4.303 * 0.25 / 1.732 = 0.621
     assert "welfare ratio: 0.500 \u00b1 0.621" in text
     # conduct: truthfulness over the two judged seat-episodes (0.5 + 1.0) / 2; manipulation 2 / 2
-    assert "0.750 (n=2)" in text and "<td class=\"num\">1.00</td>" in text
+    assert "0.750 (n=2)" in text and '<td class="num">1.00</td>' in text
 
 
 def test_hostile_rows_render_inert() -> None:
@@ -235,7 +235,9 @@ def test_hostile_rows_render_inert() -> None:
 def test_report_size_does_not_grow_with_episode_content(tmp_path: Path) -> None:
     small = build_run_report(synthetic_rows(200))
     # the same rows whose episodes had ten times the steps and rounds: same size within digits
-    big_rows = [{**r, "steps": r["steps"] * 10, "rounds": r["rounds"] * 10} for r in synthetic_rows(200)]
+    big_rows = [
+        {**r, "steps": r["steps"] * 10, "rounds": r["rounds"] * 10} for r in synthetic_rows(200)
+    ]
     assert abs(len(build_run_report(big_rows)) - len(small)) < 200 * 4
     # and it grows with the episodes by about one index row each (well under 5 MB at 3,000)
     per_episode = (len(build_run_report(synthetic_rows(400))) - len(small)) / 200
