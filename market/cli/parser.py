@@ -203,11 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run goes to the folder OUT/<scenario> (default: runs)",
     )
     run.add_argument("--no-transcripts", action="store_true", help="do not record transcripts")
-    run.add_argument(
-        "--no-report",
-        action="store_true",
-        help="do not write OUT/<scenario>/report.html and its episode pages",
-    )
+    run.add_argument("--no-report", action="store_true", help="do not write the run report")
     run.add_argument(
         "--fresh",
         action="store_true",
@@ -417,16 +413,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         type=Path,
         default=None,
-        help="HTML file to write (default: report.html in DIR, or next to FILE; with "
-        "--episode: DIR/episodes/SEED.html)",
+        help="HTML file to write (default: report.html in DIR, or next to FILE)",
     )
     report.add_argument(
-        "--episode",
-        type=int,
-        default=None,
-        metavar="SEED",
-        help="of a run folder (gpumarket run's OUT/<scenario>): write the page of episode SEED "
-        "only (the run report links it)",
+        "--episode", type=int, metavar="SEED", help="of a run folder: write episode SEED's page"
     )
 
     show = add("show", "Print a transcript in the terminal, round by round.")
