@@ -149,7 +149,7 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def episode_command(run_dir: Path | str, seed: int) -> str:
+def episode_command(run_dir: Path | str, seed: int | str) -> str:
     """The command that writes ``seed``'s page."""
     return f"gpumarket report {run_dir} --episode {seed}"
 
