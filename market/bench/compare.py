@@ -151,6 +151,8 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
         "memory": "per live reset env, fresh interpreter (RSS growth; tracemalloc bytes held)",
         "transcript": "steps/s without / with a transcript file per episode; digest_N = digests "
         "every N steps",
+        "report": "the run report (report.html) built from N synthetic episodes' result rows: "
+        "seconds and size",
         "llm": _llm_note(report["details"].get("llm")),
         "serve": _serve_note(report["details"].get("serve")),
     }

@@ -22,6 +22,7 @@ SECTIONS: tuple[str, ...] = (
     "clearing",
     "memory",
     "transcript",
+    "report",
     "llm",
     "serve",
     "ray",
@@ -64,6 +65,7 @@ class BenchConfig:
     memory_envs: tuple[tuple[str, int], ...] = (("market_round", 200), ("large_market", 20))
     transcript_scenario: str = "market_round"
     digest_every: int = 10
+    report_episodes: tuple[int, ...] = (600, 3000)  # run report built from N synthetic episodes
     llm_concurrency: tuple[int, ...] = (1, 8, 32)
     llm_decisions_per_slot: int = 20  # decisions at concurrency c: max(2 * this, this * c)
     llm_base_url: str | None = None  # None: spawn the fake server
@@ -90,6 +92,7 @@ def quick_config(config: BenchConfig | None = None) -> BenchConfig:
         llm_latency_ms=5.0,
         serve_sessions=50,
         serve_decisions=2,
+        report_episodes=(20,),
         quick=True,
     )
 

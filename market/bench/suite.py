@@ -65,6 +65,7 @@ from market.bench.config import (
 )
 from market.bench.llm import section_llm
 from market.bench.memory import section_memory
+from market.bench.report import TARGET_EPISODES, TARGET_MB, TARGET_SECONDS, section_report
 from market.bench.serve import section_serve
 from market.bench.throughput import section_episodes, section_ray, section_steps, section_transcript
 from market.run.runner import default_workers
@@ -88,6 +89,7 @@ RUNNERS: dict[str, Callable[[BenchConfig], SectionResult]] = {
     "clearing": section_clearing,
     "memory": section_memory,
     "transcript": section_transcript,
+    "report": section_report,
     "llm": section_llm,
     "serve": section_serve,
 }
@@ -184,6 +186,23 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "target": f"market_round >= {TARGET_STEPS_PER_SECOND:,} AEC steps/s",
                 "value": steps,
                 "ok": steps >= TARGET_STEPS_PER_SECOND,
+            }
+        )
+    big = report["details"].get("report", {}).get(str(TARGET_EPISODES))
+    if big:
+        out.append(
+            {
+                "target": f"run report of {TARGET_EPISODES:,} episodes <= {TARGET_MB:g} MB",
+                "value": big["mb"],
+                "ok": big["mb"] <= TARGET_MB,
+            }
+        )
+        out.append(
+            {
+                "target": f"run report of {TARGET_EPISODES:,} episodes built in "
+                f"<= {TARGET_SECONDS:g} s",
+                "value": big["seconds"],
+                "ok": big["seconds"] <= TARGET_SECONDS,
             }
         )
     clearing = report["details"].get("clearing")

@@ -18,7 +18,7 @@ from market.cli.expert_matrix_command import cmd_expert_matrix
 from market.cli.leaderboard_command import cmd_leaderboard, wants_leaderboard
 from market.cli.parser import one_line, parse_seeds, parse_specs
 from market.record.replay_cli import run_cli
-from market.record.report import write_report
+from market.record.report import write_episode_page, write_report, write_run_report
 from market.record.transcript import TranscriptError
 from market.record.viewer import render_transcript
 from market.run.async_runner import given_llm_flags, llm_options
@@ -158,12 +158,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     transcripts = [out / "transcripts" / f"{s}.jsonl" for s in summary.episodes]
     transcripts = [p for p in transcripts if p.is_file()]
     if transcripts and not args.no_transcripts:
-        report = write_report(transcripts, out / "report.html")
         print(
             f"transcripts: {out / 'transcripts'}/<seed>.jsonl ({len(transcripts)} file(s)); "
             f"verify with: gpumarket replay {out}"
         )
-        print(f"report: {Path(report).resolve().as_uri()}")
+    if rows and not args.no_report:
+        report = write_run_report(out, rows)
+        print(
+            f"report: {report.path.resolve().as_uri()} ({len(report.pages)} episode page(s) "
+            f"in {out / 'episodes'}; any other: gpumarket report {out} --episode SEED)"
+        )
     if llm["budget"] is not None:  # what the run spent, and whether the budget stopped it
         print(f"gpumarket run: {llm['budget'].message()}", file=sys.stderr)
     for seed, error in sorted(summary.failed.items()):
@@ -411,9 +415,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """One transcript or folder: the single page of :func:`write_report`; a run folder (the one
+    ``gpumarket run`` writes): its run report, or with ``--episode SEED`` one episode's page."""
     first = args.paths[0]
-    out = args.output or ((first if first.is_dir() else first.parent) / "report.html")
+    run_folder = len(args.paths) == 1 and (first / "results.jsonl").is_file()
     try:
+        if args.episode is not None:
+            if not run_folder:
+                print(
+                    f"gpumarket report: --episode needs one run folder (with results.jsonl), "
+                    f"not {' '.join(map(str, args.paths))}; e.g. gpumarket report "
+                    f"runs/market_round --episode {args.episode}",
+                    file=sys.stderr,
+                )
+                return 2
+            page = write_episode_page(first, args.episode, args.output)
+            print(f"episode page written to {page.resolve().as_uri()}")
+            return 0
+        if run_folder:
+            report = write_run_report(first, out=args.output)
+            print(
+                f"report written to {report.path.resolve().as_uri()} "
+                f"({len(report.pages)} episode page(s))"
+            )
+            return 0
+        out = args.output or ((first if first.is_dir() else first.parent) / "report.html")
         path = write_report(args.paths, out)
     except (FileNotFoundError, TranscriptError) as exc:
         print(f"gpumarket report: {exc}", file=sys.stderr)

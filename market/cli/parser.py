@@ -203,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run goes to the folder OUT/<scenario> (default: runs)",
     )
     run.add_argument("--no-transcripts", action="store_true", help="do not record transcripts")
+    run.add_argument("--no-report", action="store_true", help="do not write the run report")
     run.add_argument(
         "--fresh",
         action="store_true",
@@ -397,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = add(
         "report",
         "Write one self-contained HTML report (plots, trade/coalition graph, "
-        "every round) of a transcript or a folder of transcripts (*.jsonl).",
+        "every round) of a transcript or a folder of transcripts (*.jsonl); of a run "
+        "folder, the run report (aggregates, episode index, sampled episode pages).",
     )
     report.add_argument(
         "paths",
@@ -412,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="HTML file to write (default: report.html in DIR, or next to FILE)",
+    )
+    report.add_argument(
+        "--episode", type=int, metavar="SEED", help="of a run folder: write episode SEED's page"
     )
 
     show = add("show", "Print a transcript in the terminal, round by round.")

@@ -200,6 +200,11 @@ def _load(folder: RunFolder, fresh: bool) -> None:
             for path in tdir.glob("*.jsonl"):
                 if path.stem.lstrip("-").isdigit():
                     path.unlink()
+        pages = out / "episodes"  # the run report's episode pages (market.record.report.run_page)
+        if pages.is_dir():
+            for path in pages.glob("*.html"):
+                if path.stem.lstrip("-").isdigit():
+                    path.unlink()
     new = folder.manifest()
     if out.exists() and not out.is_dir():
         raise RunConfigError(f"{out} is a file, not a run folder")

@@ -382,6 +382,7 @@ def test_cli_run_writes_transcripts_by_default(
     assert cli(["run", "single_trade", "--seeds", "0:2", "--workers", "1", "--out", str(out)]) == 0
     run = out / "single_trade"
     assert sorted(p.name for p in run.iterdir()) == [
+        "episodes",  # the run report's episode pages (both seeds: the first five are sampled)
         "report.html",
         "results.jsonl",
         "rounds.jsonl",
@@ -389,6 +390,7 @@ def test_cli_run_writes_transcripts_by_default(
         "transcripts",
     ]
     assert sorted(p.name for p in (run / "transcripts").iterdir()) == ["0.jsonl", "1.jsonl"]
+    assert sorted(p.name for p in (run / "episodes").iterdir()) == ["0.html", "1.html"]
     assert f"{run}" in capsys.readouterr().out
     assert cli(["replay", str(run)]) == 0
     none = tmp_path / "none"

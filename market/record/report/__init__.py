@@ -16,7 +16,9 @@ already :class:`Safe` (escaped) markup; code never concatenates transcript text 
 
 The package: :mod:`.markup` (the safe HTML kit), :mod:`.episode` (the episode read from the typed
 transcript), :mod:`.views` (derived views), :mod:`.plots` (SVG charts), :mod:`.tables` (the round
-sections) and :mod:`.page` (the page, its CSS and :func:`write_report`).
+sections), :mod:`.page` (the page, its CSS and :func:`write_report`) and :mod:`.run_page` (the
+report of a run folder: aggregates and an episode index from the result rows, and a page for a
+sample of episodes, :func:`write_run_report`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from market.record.report.page import (
     build_report,
     content_security_policy,
     episode_title,
+    health_box,
     write_report,
 )
 from market.record.report.plots import (
@@ -69,6 +72,15 @@ from market.record.report.plots import (
     component_color,
     graph_svg,
     line_chart,
+)
+from market.record.report.run_page import (
+    RunReport,
+    build_run_report,
+    episode_command,
+    episode_page,
+    sample_seeds,
+    write_episode_page,
+    write_run_report,
 )
 from market.record.report.tables import (
     events_table,
@@ -100,6 +112,7 @@ __all__ = [
     "Event",
     "GRAPH_NODES",
     "PALETTE",
+    "RunReport",
     "Safe",
     "Series",
     "TEXT_LIMIT",
@@ -109,6 +122,7 @@ __all__ = [
     "as_mapping",
     "bar_chart",
     "build_report",
+    "build_run_report",
     "clean_text",
     "clip",
     "component_color",
@@ -118,7 +132,9 @@ __all__ = [
     "content_security_policy",
     "cumulative_components",
     "episode_from",
+    "episode_command",
     "episode_of",
+    "episode_page",
     "episode_title",
     "esc",
     "ev_ok",
@@ -128,6 +144,7 @@ __all__ = [
     "fmt",
     "graph_svg",
     "h",
+    "health_box",
     "html_table",
     "interaction_counts",
     "is_number",
@@ -140,11 +157,14 @@ __all__ = [
     "round_components",
     "round_section",
     "round_starts",
+    "sample_seeds",
     "seat_of",
     "seat_sort_key",
     "short_text",
     "text_of",
     "token_count",
     "transcript_paths",
+    "write_episode_page",
     "write_report",
+    "write_run_report",
 ]

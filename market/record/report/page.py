@@ -44,7 +44,7 @@ from market.record.report.views import (
     round_starts,
 )
 from market.run.conduct_table import CONDUCT_HEADERS, conduct_cells, seat_score, summarize
-from market.run.health import WARN_SHARE, from_episodes, over_share, warnings
+from market.run.health import WARN_SHARE, SeatHealth, from_episodes, over_share, warnings
 from market.run.rollout import mean_ci95
 
 
@@ -229,11 +229,13 @@ def episode_title(ep: Episode) -> str:
 
 
 def _health(episodes: Sequence[Episode]) -> Safe:
+    return health_box(from_episodes(episodes))
+
+
+def health_box(health: Sequence[SeatHealth]) -> Safe:
     """The box at the top of the page: per seat, the decisions that fell back (agent errors,
     timeouts, the agent's own fallbacks), LLM repairs and LLM-judge fallbacks, with the first
     error; red when a seat fell back on more than :data:`market.run.health.WARN_SHARE`."""
-
-    health = from_episodes(episodes)
     troubled = [x for x in health if x.troubled]
     decisions = sum(x.decisions for x in health)
     if not troubled:
