@@ -29,6 +29,8 @@ from market.core.conduct import (
     judge_promise,
     promises_from_action,
 )
+from market.run.rollout import run_episode
+from scenarios import load_scenario
 
 ME = "bidder_0"
 
@@ -194,3 +196,23 @@ def test_the_promise_breaker_joins_only_to_leave() -> None:
         assert judge_promise(stay, record, now=r).label == "broken"
     left = {a.coalition_id for _, a in mine if isinstance(a, LeaveCoalition)}
     assert {a.coalition_id for _, a in joined} <= left
+
+
+@pytest.mark.parametrize("scenario", ["single_trade", "market_round", "coalition_market"])
+def test_the_dishonest_agents_act_validly_and_deterministically(scenario: str) -> None:
+    """Every seat a liar, every seat a promise breaker, or the two alternating: the market takes
+    every action they make, and a seed replays bit for bit."""
+    sc = load_scenario(scenario)
+    seats = [f"bidder_{i}" for i in range(sc.n_seats)]
+    casts = [
+        dict.fromkeys(seats, "liar"),
+        dict.fromkeys(seats, "promise_breaker"),
+        {s: ("liar", "promise_breaker")[i % 2] for i, s in enumerate(seats)},
+    ]
+    for seed in range(2):
+        for cast in casts:
+            res = run_episode(scenario, seed, cast)
+            assert sum(res.invalid_actions.values()) == 0, (seed, cast, res.invalid_actions)
+            assert not any(res.agent_errors.values()), (seed, cast, res.first_error)
+    again = run_episode(scenario, 1, casts[2]), run_episode(scenario, 1, casts[2])
+    assert again[0].returns == again[1].returns and again[0].round_log == again[1].round_log
