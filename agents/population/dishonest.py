@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import math
 
-from agents.population.common import StatefulAgent, credits_down
+from agents.population.common import StatefulAgent, credits_down, last_price, price_floor
 from agents.population.expert import RuleExpert
 from agents.scripted import MAX_INVITEES, WAIT, truthful_bid
 from market.core.actions import (
     ActionModel,
+    Bid,
     CommitToCoalition,
     FormCoalition,
     LeaveCoalition,
     MakePitch,
     SendMessage,
+    SendOffer,
 )
 from market.core.seats import lab_index
-from market.environment import JobView, Observation
+from market.environment import JobView, Observation, marginal_values
 
 MIN_BUDGET_LIE = 20.0  # below this a halved budget is within the judge's 1-credit tolerance
 
@@ -105,21 +107,29 @@ class PromiseBreaker(StatefulAgent):
        promise to stay that forming or joining it made);
     2. when invited to a coalition and another negotiation turn follows in this round:
        *join* it (contributing nothing), to leave it next turn;
-    3. in the first negotiation turn of a round, from the second round on, when the rounds have
-       at least two negotiation turns and the coalition policy is not ``restrict``: *form* a
-       coalition with every other active lab (contributing nothing, term up to 3 rounds) whose
-       purpose promises "We will stay in this coalition until round <term end>. We will
-       deliver 2 blocks by round <now>. We won't bid above <X>.";
-    4. otherwise, in the first negotiation turn of a round: *message* the next active lab "We
-       will deliver 2 blocks to you by round <now>. We won't bid above <X>.";
-    5. otherwise wait.
+    3. once per round, from its second round on, when another negotiation turn follows in
+       this round and the coalition policy is not ``restrict``: *form* a coalition with every
+       other active lab (contributing nothing, term up to 3 rounds) whose purpose promises "We
+       will stay in this coalition until round <term end>. We will deliver 2 blocks by round
+       <now>. We won't bid above <X>.";
+    4. otherwise, once per round: *message* the next active lab "We will deliver 2 blocks to
+       you by round <now>. We won't bid above <X>.";
+    5. where short sales are allowed (the default of ``[delivery]``), once per round while the
+       episode has a next round: *sell short* 2 blocks for delivery next round to the next
+       active lab, at the last revealed clearing price per block (the floor before any, at
+       least 1 credit), noting "We will deliver 2 blocks to you by round <now + 1>.", when its
+       budget plus the price covers the collateral and leaves its top bid (``2 X``) to bid;
+       it buys no cover, so the contract falls short unless it happens to hold the blocks then;
+    6. otherwise wait.
 
     ``X`` is half its top truthful bid this round, rounded down to the cent, and is promised
-    only when that is at least one cent. It then bids its values (``truthful``), above ``X``;
-    it never sells or pledges a block, so the promised delivery never comes. It learns how many
-    negotiation turns a round has by counting them in the rounds it has played, which is why it
-    forms and joins coalitions only from its second round on (a proposal nobody joined lapses at
-    the round's end and could no longer be left).
+    only when that is at least one cent. It then bids its values (``truthful``), above ``X``
+    (when a penalty for leaving has since cut its budget below all of them, one block at what
+    it can pay, up to its top value, if that is above ``X``);
+    it never pledges a block and sells only short, so the promised deliveries do not come. It
+    learns how many negotiation turns a round has by counting them in the rounds it has played,
+    which is why it forms and joins coalitions only from its second round on (a proposal nobody
+    joined lapses at the round's end and could no longer be left).
     """
 
     name = "promise_breaker"
@@ -129,6 +139,8 @@ class PromiseBreaker(StatefulAgent):
     def clear(self) -> None:
         self.turn: dict[int, int] = {}  # round -> negotiation turns it has had in it
         self.promised: set[int] = set()
+        self.sold: set[int] = set()
+        self.limits: dict[int, float] = {}  # round -> the bid limit it promised
 
     def _limit(self, obs: Observation) -> float | None:
         bids = truthful_bid(obs).bids
@@ -139,11 +151,44 @@ class PromiseBreaker(StatefulAgent):
         whom = " to you" if to_you else ""
         text = f"We will deliver {self.BLOCKS} blocks{whom} by round {obs.round}."
         limit = self._limit(obs)
-        return text if limit is None else f"{text} We won't bid above {limit:g}."
+        if limit is None:
+            return text
+        self.limits[obs.round] = limit
+        return f"{text} We won't bid above {limit:g}."
+
+    def _bid(self, obs: Observation) -> Bid:
+        """Its truthful bid; when no unit of it is above the limit it promised this round (its
+        budget fell since), one block at what it can pay, up to its top value, if that is."""
+        bid, limit = truthful_bid(obs), self.limits.get(obs.round)
+        if limit is None or any(b > limit for b in bid.bids):
+            return bid
+        values = marginal_values(obs)
+        top = credits_down(min(values[0], obs.budget or 0.0)) if values else 0.0
+        return Bid(bids=[top]) if top > limit else bid
+
+    def _short_sale(self, obs: Observation, to: str) -> SendOffer | None:
+        d, now = obs.delivery, obs.round
+        if d is None or not d.short_sales or now in self.sold or now + 1 >= obs.rounds_total:
+            return None
+        price = round(max(price_floor(obs), last_price(obs) or 0.0, 1.0) * self.BLOCKS, 2)
+        collateral = d.collateral_fraction * price + d.collateral_per_block * self.BLOCKS
+        keep = 2 * self.limits.get(now, 0.0)  # its top bid: the promise not to bid must break
+        if (obs.budget or 0.0) + price < collateral + keep + 1e-6:
+            return None
+        self.sold.add(now)
+        return SendOffer(
+            to=to,
+            side="sell",
+            blocks=self.BLOCKS,
+            price=price,
+            delivery_round=now + 1,
+            short=True,
+            message=f"We will deliver {self.BLOCKS} blocks to you by round {now + 1}.",
+        )
 
     def act(self, obs: Observation) -> ActionModel:
         if obs.phase == "bidding":
-            return truthful_bid(obs)
+            return self._bid(obs)
         if obs.phase != "negotiation":
             return WAIT
         now = obs.round
@@ -161,11 +206,12 @@ class PromiseBreaker(StatefulAgent):
             for c in obs.coalitions or ():
                 if obs.seat in c.invited and c.status != "dissolved":
                     return CommitToCoalition(coalition_id=c.coalition_id)
-        if now in self.promised:
-            return WAIT
         others = sorted((s for s in obs.active_labs if s != obs.seat), key=lab_index)
         if not others:
             return WAIT
+        after = [s for s in others if lab_index(s) > lab_index(obs.seat)]
+        if now in self.promised:
+            return self._short_sale(obs, (after or others)[0]) or WAIT
         self.promised.add(now)
         if more and obs.mechanism.coalition_policy != "restrict":
             term = max(1, min(self.TERM, obs.rounds_total - now))
@@ -174,5 +220,4 @@ class PromiseBreaker(StatefulAgent):
                 + self._promises(obs, to_you=False)
             )
             return FormCoalition(members=others[:MAX_INVITEES], purpose=purpose, term_rounds=term)
-        after = [s for s in others if lab_index(s) > lab_index(obs.seat)]
         return SendMessage(to=(after or others)[0], text=self._promises(obs, to_you=True))
