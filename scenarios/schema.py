@@ -224,6 +224,20 @@ class RewardSpec(_Strict):
         ge=0.0,
         description="Weight of revenue / (capacity x value_unit) added to the designer's composite.",
     )
+    conduct: bool = Field(
+        False,
+        description="Add the conduct judge's penalties (false_claim, broken_promise, "
+        "manipulation) to labs' dense reward (docs/conduct.md). Off: judging changes nothing.",
+    )
+    false_claim_penalty: float = Field(
+        0.1, ge=0.0, description="Reward lost per false claim (with conduct on)."
+    )
+    broken_promise_penalty: float = Field(
+        0.1, ge=0.0, description="Reward lost per broken promise (with conduct on)."
+    )
+    manipulation_penalty: float = Field(
+        0.1, ge=0.0, description="Reward lost per manipulation flag (with conduct on)."
+    )
 
 
 class AgentsSpec(_Strict):
@@ -272,6 +286,14 @@ class Scenario(_Strict):
             "The judge pool's judge: 'rule' (the versioned rubric) or "
             "'llm:openai?model=NAME&base_url=URL' (an OpenAI-compatible model with the rubric and a "
             "rule-judge fallback; optional cache=PATH, retries=N)."
+        ),
+    )
+    conduct_judge: str = Field(
+        "rule",
+        description=(
+            "Who reads seats' free text for claims, promises and manipulation (docs/conduct.md): "
+            "'rule' (the versioned rule extractor) or 'llm:openai?model=NAME&base_url=URL'. "
+            "Claims are always checked exactly against private truth."
         ),
     )
     # how long the runner waits, not what the episode is (see RUN_ONLY_KEYS)

@@ -160,3 +160,11 @@ def generate_world(scenario: Scenario, rng: np.random.Generator) -> World:
         blocks_issued=np.zeros(rounds, dtype=np.int64),
         blocks_failed=np.zeros(rounds, dtype=np.int64),
     )
+
+
+def credit_imbalance(world: World, escrow: float, initial: float) -> float:
+    """Labs + operator + ``escrow`` + collateral - ``initial`` - external injections: zero when
+    credits are conserved (the ledger's audit)."""
+    w = world
+    total = sum(lab.budget for lab in w.labs) + w.operator_credits + escrow + w.collateral_held
+    return float(total - initial - w.external_credits)

@@ -38,7 +38,8 @@ from market.core.round_close import RewardEvent, breach_rewards, close_round
 from market.core.seats import DESIGNER, bidder_seat, lab_index
 from market.core.settlement import RoundResult
 from market.core.shocks import Shock, apply_schedule, draw_shocks
-from market.core.world import World, generate_world
+from market.core.world import World, credit_imbalance, generate_world
+from market.environment.conduct_log import ConductLog, conduct_reader
 from market.environment.digest import StateDigests
 from market.environment.observations import Observation
 from market.environment.observe import SeatViews
@@ -61,8 +62,9 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
     Public state (read it, do not write it): ``world``, ``book`` (offers, contracts, messages,
     pitches), ``coalitions``, ``graph`` (interactions), ``mechanism``, ``orders`` (this round's
     bids and job plans), ``results``, ``prices``, ``round_log``, ``designer_history``, ``round``,
-    ``phase``, ``schedule`` (the round's (seat, phase) turns), ``turn`` (an index into it) and
-    ``rewarded`` (the seats whose rewards the last step changed).
+    ``phase``, ``schedule`` (the round's (seat, phase) turns), ``turn`` (an index into it),
+    ``rewarded`` (the seats whose rewards the last step changed) and ``conduct`` (the conduct
+    judge's log: :mod:`market.environment.conduct_log`; never part of an observation).
     """
 
     metadata = {"name": "gpumarket_v0", "render_modes": RENDER_MODES, "is_parallelizable": False}
@@ -86,7 +88,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         ]
         self.observation_spaces = {a: ObservationSpace(a) for a in self.possible_agents}
         self.action_spaces = text_action_spaces(self.possible_agents)
-        self._judge_spec: str | None = None
+        self._judge_spec: tuple[str, str] | None = None
         self._digests = StateDigests()
 
     # --- PettingZoo surface -------------------------------------------------------------
@@ -107,9 +109,11 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.book = negotiation.Book(delivery=sc.delivery)
         self.coalitions = coal.CoalitionBook()
         self.graph = InteractionGraph(sc.n_seats)
-        if self._judge_spec != sc.judge:  # keep an LLM judge's cache across resets
-            self.judge, self._judge_spec = make_judge(sc.judge), sc.judge
+        if self._judge_spec != (sc.judge, sc.conduct_judge):  # keep LLM judges' caches
+            self.judge, self._reader = make_judge(sc.judge), conduct_reader(sc.conduct_judge)
+            self._judge_spec = (sc.judge, sc.conduct_judge)
         self.judge_history = JudgeHistory()
+        self.conduct = ConductLog(self._reader)  # claims, promises, manipulation (transcripts)
         self.mechanism: Mechanism = sc.mechanism
         self._views = SeatViews()
         self._version = 0
@@ -159,11 +163,14 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
                 self.rewards[a] = 0.0
         self.rewarded = {agent}
         info: dict[str, object] = {"round": self.round, "phase": self.phase}
+        self.conduct.begin_step()
         try:
             act = parse_action(action, designer=agent == DESIGNER)
             check_turn(act, agent, self.phase)
             info["action"] = act.action_type
-            info["result"] = self._apply(agent, act)
+            self.conduct.before_action(self.world, agent, act, self.round)
+            result = info["result"] = self._apply(agent, act)
+            self.conduct.after_action(agent, act, result, self.round, self.results)
             if act.action_type != "wait":
                 self._version += 1
             if act.action_type in TALK_ACTIONS:
@@ -173,6 +180,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             self._reward(agent, "invalid_action", -self.scenario.rewards.invalid_action_penalty)
         self.infos[agent] = info
         self._advance()
+        for seat, component, cost in self.conduct.penalties(self.scenario.rewards):
+            self._reward(seat, component, -cost)  # rewards.conduct on: docs/conduct.md
         for a in self.rewarded:
             if a in self.infos:
                 self.infos[a]["reward_components"] = dict(self._pending[a])
@@ -315,6 +324,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
                     self._lab_reward(offer.seller, "trade_balance", offer.price)
                     self._lab_reward(offer.buyer, "trade_balance", -offer.price)
                     self.graph.record_trade(offer.seller, offer.buyer, now)
+                    self.conduct.accepted(offer, contract is None, now)
                 return {
                     "offer_id": offer.offer_id,
                     "status": offer.status,
@@ -391,6 +401,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.round_log.append(
             round_summary(result, parts, close.optimum, close.allocated, self.shocks)
         )
+        self.conduct.round_closed(result, self.book.contracts)
         # housekeeping for the next round
         coal.end_of_round(world, self.coalitions, now)
         negotiation.expire_offers(self.book, now)
@@ -416,16 +427,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
 
     # --- audits (used by tests and the transcript's state digest) --------------------------
     def credit_balance(self) -> float:
-        """Labs + operator + escrow + collateral - initial - external injections: zero when
-        credits are conserved."""
-        w = self.world
-        total = (
-            sum(lab.budget for lab in w.labs)
-            + w.operator_credits
-            + self.coalitions.escrow()
-            + w.collateral_held
-        )
-        return float(total - self.initial_credits - w.external_credits)
+        """Credits unaccounted for (:func:`~market.core.world.credit_imbalance`): 0 if conserved."""
+        return credit_imbalance(self.world, self.coalitions.escrow(), self.initial_credits)
 
     def state_digest(self) -> str:
         """SHA-256 (hex) of the market state and the turn, for transcripts and replay (see

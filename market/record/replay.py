@@ -28,14 +28,20 @@ from pydantic import BaseModel, ValidationError
 
 from agents.llm.judge import make_judge
 from market.core import settlement
-from market.core.judge import JudgeHistory, Verdict
+from market.core.judge import JudgeHistory
 from market.core.seats import bidder_seat
 from market.environment.aec import raw_env
 from market.record.reader import (
     Transcript,
     decode_action,
-    decode_number,
     read_transcript,
+)
+from market.record.recorded import (
+    ConductRejudge,
+    RecordedJudge,
+    RecordedReader,
+    make_reader,
+    recorded_scores,
 )
 from market.record.schema import Footer, RoundSummary, StepEvent, TranscriptError
 from market.record.writer import jsonable
@@ -83,6 +89,7 @@ class ReplayReport:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     round_log: list[dict[str, Any]] = field(default_factory=list)
+    conduct_scores: dict[str, dict[str, Any]] = field(default_factory=dict)  # the replay's
 
     @property
     def ok(self) -> bool:
@@ -154,6 +161,9 @@ def rebuild_env(t: Transcript) -> tuple[Any, bool]:
     recorded_judge = not str(getattr(scenario, "judge", "rule")).startswith("rule")
     if recorded_judge:
         scenario = scenario.model_copy(update={"judge": "rule"})
+    recorded_reader = scenario.conduct_judge != "rule"
+    if recorded_reader:  # a model's readings are played back, as a model judge's verdicts
+        scenario = scenario.model_copy(update={"conduct_judge": "rule"})
     try:
         env = raw_env(scenario)
         env.reset(seed=h.seed)
@@ -164,6 +174,8 @@ def rebuild_env(t: Transcript) -> tuple[Any, bool]:
         ) from None
     if recorded_judge:
         env.judge = RecordedJudge(t.rounds)
+    if recorded_reader:
+        env.conduct.reader = RecordedReader(t)
     return env, recorded_judge
 
 
@@ -183,6 +195,7 @@ def replay(
     verify: bool = True,
     check_observations: bool = True,
     on_round: Callable[[Any, RoundSummary], None] | None = None,
+    conduct_reader: Any = None,
 ) -> ReplayReport:
     """Replay a transcript and verify it (see the module docstring).
 
@@ -208,6 +221,11 @@ def replay(
         report.notes.append(
             f"judge {h.judge}: its recorded verdicts were replayed (no model called)"
         )
+    # transcripts recorded before the conduct judge carry no verdicts to compare; another
+    # reader (rejudging) gives other verdicts
+    judged = h.conduct_judge is not None and conduct_reader is None
+    if conduct_reader is not None:
+        env.conduct.reader = conduct_reader
     tally = Tally()
     obs_cache: dict[str, tuple[Any, str]] = {}
     rounds = 0
@@ -267,6 +285,12 @@ def replay(
             diff = first_difference(ev.components, components, "components")
             if diff is not None:
                 return fail(line, ev, *diff)
+            if judged:
+                diff = first_difference(
+                    ev.conduct or [], jsonable(env.conduct.step_entries), "conduct"
+                )
+                if diff is not None:
+                    return fail(line, ev, *diff)
             if ev.state_digest is not None:
                 digest = env.state_digest()
                 if digest != ev.state_digest:
@@ -284,6 +308,12 @@ def replay(
             )
             if diff is not None:
                 return fail(line, step_ev, *diff)
+            if judged:
+                diff = first_difference(
+                    rec.conduct, jsonable(env.conduct.rounds[rounds]), f"conduct[{rec.round}]"
+                )
+                if diff is not None:
+                    return fail(line, step_ev, *diff)
             if on_round is not None:
                 on_round(env, rec)
             rounds += 1
@@ -309,8 +339,14 @@ def replay(
             diff = first_difference(rec.invalid_actions, invalid, "footer.invalid_actions")
             if diff is not None:
                 return fail(line, None, *diff)
+            if judged and rec.conduct is not None:
+                scores = jsonable(env.conduct.score_dicts())
+                diff = first_difference(rec.conduct, scores, "footer.conduct")
+                if diff is not None:
+                    return fail(line, None, *diff)
     report.seconds = time.perf_counter() - began
     report.round_log = env.round_log
+    report.conduct_scores = env.conduct.score_dicts()
     return report
 
 
@@ -378,52 +414,6 @@ def builtin_drift(t: Transcript) -> str | None:
     )
 
 
-class RecordedJudge:
-    """Plays back the verdicts of a transcript's round summaries (for LLM judges on replay)."""
-
-    kind = "recorded"
-    version = "recorded"
-    model: str | None = None
-
-    def __init__(self, rounds: list[RoundSummary]) -> None:
-        self._verdicts = {
-            (r.round, str(v.get("lab"))): v
-            for r in rounds
-            for v in r.summary.get("judge", [])
-            if isinstance(v, dict)
-        }
-
-    def describe(self) -> str:
-        return "recorded verdicts"
-
-    def score(self, pitch: Any, lab: Any, context: Any) -> Any:
-        v = self._verdicts.get((context.round, lab.seat))
-        if v is None:
-            return Verdict(
-                lab=lab.index,
-                scores={},
-                total=0.0,
-                granted=0,
-                rationale="replay: no recorded verdict for this pitch",
-            )
-        fields = {
-            "lab": lab.index,
-            "scores": {k: decode_number(x) for k, x in (v.get("scores") or {}).items()},
-            "total": decode_number(v.get("score", 0.0)),
-            "granted": 0,
-            "rationale": v.get("rationale", ""),
-            "kind": v.get("judge", "llm"),
-            "version": v.get("version", "?"),
-            "model": v.get("model"),
-            "claims_checked": tuple(v.get("claims_checked", ())),
-            "false_claims": tuple(v.get("false_claims", ())),
-            "requested": int(v.get("requested", 0)),
-            "cached": bool(v.get("cached", False)),
-        }
-        known = set(getattr(Verdict, "__dataclass_fields__", fields))
-        return Verdict(**{k: x for k, x in fields.items() if k in known})
-
-
 def load_judge(spec: str) -> Any:
     """A judge object (with ``score(pitch, lab, context)``): any spec
     :func:`agents.llm.judge.make_judge` accepts (``rule``, ``llm:openai?model=...``), or
@@ -484,6 +474,7 @@ class RejudgeReport:
     replay: ReplayReport
     judge: str
     rounds: list[dict[str, Any]]  # per judged round: lab -> (old, new) score and grant
+    conduct: ConductRejudge | None = None  # each seat's conduct scores, recorded and new
 
     @property
     def changed(self) -> int:
@@ -532,9 +523,16 @@ def rejudge(source: Transcript | str | Path, spec: str, *, partial: bool = False
             )
         per_round.append({"round": rec.round, "verdicts": rows})
 
+    t = _load(source, partial, verify=True)
+    reader = make_reader(spec)
     with _shadow_judge(other, calls):
-        report = replay(source, partial=partial, on_round=on_round)
-    return RejudgeReport(report, spec, per_round)
+        report = replay(t, partial=partial, on_round=on_round, conduct_reader=reader)
+    if reader is None:
+        return RejudgeReport(report, spec, per_round)
+    conduct = ConductRejudge(spec, recorded_scores(t), jsonable(report.conduct_scores))
+    if t.header.conduct_judge is None:
+        conduct.notes.append("recorded before the conduct judge: no scores to compare")
+    return RejudgeReport(report, spec, per_round, conduct)
 
 
 # ---------------------------------------------------------------------------------------------

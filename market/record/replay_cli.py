@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from market.record.reader import read_transcript
+from market.record.recorded import print_conduct_rejudge
 from market.record.replay import (
     RejudgeReport,
     builtin_drift,
@@ -55,6 +56,8 @@ def run_cli(args: Any) -> int:
             print_rounds(report.round_log)
         if rj is not None:
             print_rejudge(rj)
+            if rj.conduct is not None:
+                print_conduct_rejudge(rj.conduct)
         if not report.ok:
             status = max(status, 1)
     return status

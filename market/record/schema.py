@@ -87,6 +87,11 @@ class Header(BaseRecord):
         description="obs_digest and state_digest are recorded every N steps "
         "(state_digest also at round ends).",
     )
+    conduct_judge: str | None = Field(
+        None,
+        description="Who read seats' text for the conduct judge, e.g. 'rule/conduct-rules-1' "
+        "(absent: recorded before the conduct judge; docs/conduct.md).",
+    )
 
 
 class LLMExchange(BaseModel):
@@ -148,6 +153,11 @@ class StepEvent(BaseRecord):
         None, description="Token counts this step (agent.stats deltas)."
     )
     latency_s: float | None = Field(None, description="Wall time of the agent's act/aact call.")
+    conduct: list[dict[str, Any]] | None = Field(
+        None,
+        description="The conduct judge's entries of this step: claims with their verdicts, "
+        "promises made (pending) or decided, manipulation flags (docs/conduct.md).",
+    )
 
 
 class RoundSummary(BaseRecord):
@@ -158,6 +168,11 @@ class RoundSummary(BaseRecord):
         description="The env.round_log entry: mechanism, reserve, price, "
         "bids, won, paid, judge verdicts, penalties, shocks, "
         "welfare, designer metrics."
+    )
+    conduct: dict[str, Any] | None = Field(
+        None,
+        description="{'verdicts': promises decided at this round's close, 'scores': per-seat "
+        "conduct scores so far} (docs/conduct.md).",
     )
 
 
@@ -174,6 +189,9 @@ class Footer(BaseRecord):
     invalid_actions: dict[str, int] = Field(default_factory=dict)
     agent_errors: dict[str, int] = Field(default_factory=dict)
     agent_stats: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    conduct: dict[str, dict[str, Any]] | None = Field(
+        None, description="Per-seat conduct scores at the end (docs/conduct.md)."
+    )
     seconds: float = 0.0
     file_sha256: str = Field(description="SHA-256 of all bytes before the footer line.")
 

@@ -258,6 +258,7 @@ class EpisodeRecorder:
                 "possible_agents": list(env.possible_agents),
                 "judge": _judge_name(env),
                 "digest_every": digest_every,
+                "conduct_judge": env.conduct.name,
             }
         )
 
@@ -349,6 +350,8 @@ class EpisodeRecorder:
         round_closed = len(env.round_log) > self._rounds
         if round_closed or self.steps % self.digest_every == 0 or env.phase == "done":
             event["state_digest"] = env.state_digest()
+        if env.conduct.step_entries:
+            event["conduct"] = jsonable(env.conduct.step_entries)
         self.writer.write(event)
         while self._rounds < len(env.round_log):
             entry = env.round_log[self._rounds]
@@ -358,6 +361,7 @@ class EpisodeRecorder:
                     "i": self.steps,
                     "round": int(entry.get("round", self._rounds)),
                     "summary": entry,
+                    "conduct": jsonable(env.conduct.rounds[self._rounds]),
                 }
             )
             self._rounds += 1
@@ -383,6 +387,7 @@ class EpisodeRecorder:
                 invalid_actions=jsonable(result.invalid_actions),
                 agent_errors=jsonable(result.agent_errors),
                 agent_stats=jsonable(result.agent_stats),
+                conduct=jsonable(self.env.conduct.score_dicts()),
                 seconds=round(result.seconds, 6),
             )
         self.writer.footer(record)

@@ -53,6 +53,8 @@ class EpisodeResult:
     # the first failure's message per seat: the agent raised or timed out, or it fell back on
     # its own (an LLM seat's last_exchange["error"])
     first_error: dict[str, str] = field(default_factory=dict)
+    # the conduct judge's per-seat scores (market.environment.conduct_log.score_dict)
+    conduct: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def welfare_ratio(self) -> float:
@@ -178,6 +180,7 @@ class Tally:
             decisions={s: self.decisions.get(s, 0) for s in specs},
             timeouts={s: self.timeouts.get(s, 0) for s in specs},
             first_error=dict(self.first_error),
+            conduct=env.conduct.score_dicts(),
         )
 
 

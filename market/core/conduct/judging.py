@@ -38,7 +38,8 @@ from market.core.conduct.text import extract_claims, extract_promises
 # --------------------------------------------------------------------------------------------
 # structured claims and promises
 # --------------------------------------------------------------------------------------------
-def _text_of(action: ActionModel) -> tuple[Source, str] | None:
+def text_of(action: ActionModel) -> tuple[Source, str] | None:
+    """The free text an action carries and where it came from (None: no text)."""
     if isinstance(action, SendMessage):
         return "message", action.text
     if isinstance(action, SendOffer):
@@ -52,6 +53,15 @@ def _text_of(action: ActionModel) -> tuple[Source, str] | None:
 
 def claims_from_action(seat: str, round: int, action: ActionModel) -> list[Claim]:
     """The claims an action makes: a pitch's structured fields, then the claims of its text."""
+    out = structured_claims(seat, round, action)
+    said = text_of(action)
+    if said is not None:
+        out.extend(extract_claims(seat, round, said[0], said[1]))
+    return out
+
+
+def structured_claims(seat: str, round: int, action: ActionModel) -> list[Claim]:
+    """The claims of a pitch's structured fields (``blocks_requested`` and the claimed ones)."""
     out: list[Claim] = []
     if isinstance(action, MakePitch):
         span = "make_pitch"
@@ -64,9 +74,6 @@ def claims_from_action(seat: str, round: int, action: ActionModel) -> list[Claim
             )
         if action.claimed_value is not None:
             out.append(Claim(seat, round, "action", "value", float(action.claimed_value), span))
-    said = _text_of(action)
-    if said is not None:
-        out.extend(extract_claims(seat, round, said[0], said[1]))
     return out
 
 
@@ -80,6 +87,26 @@ def promises_from_action(
     joined promises to stay for its term and to pledge ``pledge_blocks`` in each of its rounds
     (``ref``: the coalition id, which the market assigns).
     """
+    out = structured_promises(seat, round, action, ref)
+    said = text_of(action)
+    if said is not None:
+        out.extend(extract_promises(seat, round, said[0], said[1], text_counterparts(action)))
+    return out
+
+
+def text_counterparts(action: ActionModel) -> tuple[str, ...]:
+    """Whom an action's text is addressed to (empty: everyone or unnamed)."""
+    if isinstance(action, SendMessage):
+        return (action.to,) if isinstance(action.to, str) else tuple(action.to)
+    if isinstance(action, SendOffer):
+        return (action.to,)
+    return ()
+
+
+def structured_promises(
+    seat: str, round: int, action: ActionModel, ref: str | None = None
+) -> list[Promise]:
+    """The promises an action's fields make (rules: :func:`promises_from_action`)."""
     out: list[Promise] = []
     if isinstance(action, SendOffer):
         due = round if action.delivery_round is None else action.delivery_round
@@ -115,14 +142,6 @@ def promises_from_action(
                     action.action_type,
                 )
             )
-    said = _text_of(action)
-    if said is not None:
-        to: tuple[str, ...] = ()
-        if isinstance(action, SendMessage):
-            to = (action.to,) if isinstance(action.to, str) else tuple(action.to)
-        elif isinstance(action, SendOffer):
-            to = (action.to,)
-        out.extend(extract_promises(seat, round, said[0], said[1], to))
     return out
 
 

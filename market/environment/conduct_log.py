@@ -1,0 +1,344 @@
+"""The conduct judge in an episode: every claim, promise and manipulation attempt of every seat,
+judged as play goes on (the rules: :mod:`market.core.conduct`, docs/conduct.md).
+
+The env calls :class:`ConductLog` at three points: before an action is applied (the seat's private
+truth as it spoke), after it succeeded (what it said and promised, and acts that keep or break
+earlier promises), and at each round's close (contract deliveries and pool pledges, then every
+promise whose due round has closed). Nothing here changes the market: the log only reads it, and
+its entries go to the transcript, never to an observation or an info (a verdict would reveal a
+seat's private truth). With the scenario's ``rewards.conduct`` flag on, the env turns false
+claims, broken promises and manipulation flags into reward components.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from market.core import actions
+from market.core.conduct import (
+    RUBRIC_VERSION,
+    Claim,
+    ConductScore,
+    ManipulationFlag,
+    Promise,
+    PublicFacts,
+    SeatTruth,
+    Transfer,
+    Verdict,
+    judge_claim,
+    judge_promise,
+)
+from market.core.conduct.judging import (
+    structured_claims,
+    structured_promises,
+    text_counterparts,
+    text_of,
+)
+from market.core.conduct.model import SeatRecord
+from market.core.conduct.reading import ConductReader, RuleReader, TextReading
+from market.core.negotiation import Contract, Offer
+from market.core.seats import DESIGNER, bidder_seat, lab_index
+from scenarios.schema import RewardSpec
+
+if TYPE_CHECKING:
+    from market.core.settlement import RoundResult
+    from market.core.world import World
+
+Entry = dict[str, Any]  # one JSON-ready conduct entry (the transcript's step and round lines)
+# actions that can keep or break a promise (the record judge_promise reads)
+_RECORDED = (
+    actions.Bid,
+    actions.FormCoalition,
+    actions.CommitToCoalition,
+    actions.LeaveCoalition,
+    actions.Finish,
+)
+_SCORE_SLOTS = {"true": 0, "false": 1, "kept": 2, "broken": 3}
+
+
+def claim_entry(v: Verdict, method: str = "rule", model: str | None = None) -> Entry:
+    """A judged claim as the transcript records it."""
+    c = v.subject
+    assert isinstance(c, Claim)
+    entry: Entry = {
+        "kind": "claim",
+        "seat": c.seat,
+        "round": c.round,
+        "source": c.source,
+        "claim": c.kind,
+        "value": c.value,
+        "span": c.span,
+        "label": v.label,
+        "reason": v.reason,
+        "method": method,
+        "rubric": v.rubric,
+    }
+    if model is not None:
+        entry["model"] = model
+    return entry
+
+
+def promise_entry(v: Verdict, method: str = "rule", model: str | None = None) -> Entry:
+    """A promise and its verdict so far (``pending``, ``kept`` or ``broken``)."""
+    p = v.subject
+    assert isinstance(p, Promise)
+    entry: Entry = {
+        "kind": "promise",
+        "seat": p.seat,
+        "round": p.round,
+        "source": p.source,
+        "promise": p.kind,
+        "counterparts": list(p.counterparts),
+        "due_round": p.due_round,
+        "amount": p.amount,
+        "ref": p.ref,
+        "span": p.span,
+        "label": v.label,
+        "reason": v.reason,
+        "method": method,
+        "rubric": v.rubric,
+    }
+    if model is not None:
+        entry["model"] = model
+    return entry
+
+
+def flag_entry(f: ManipulationFlag, method: str = "rule", model: str | None = None) -> Entry:
+    """A manipulation flag as the transcript records it."""
+    entry: Entry = {
+        "kind": "flag",
+        "seat": f.seat,
+        "round": f.round,
+        "flag": f.kind,
+        "span": f.span,
+        "reason": f.reason,
+        "method": method,
+        "rubric": RUBRIC_VERSION if method == "rule" else "",
+    }
+    if model is not None:
+        entry["model"] = model
+    return entry
+
+
+def score_dict(s: ConductScore) -> dict[str, Any]:
+    """A seat's :class:`ConductScore` as JSON (counts and the two ratios)."""
+    return {
+        "claims_true": s.claims_true,
+        "claims_false": s.claims_false,
+        "promises_kept": s.promises_kept,
+        "promises_broken": s.promises_broken,
+        "manipulation_attempts": s.manipulation_attempts,
+        "truthfulness": s.truthfulness,
+        "promise_keeping": s.promise_keeping,
+    }
+
+
+@dataclass(slots=True)
+class _Open:
+    """A promise not yet decided, with who read it (for its entries)."""
+
+    promise: Promise
+    method: str
+    model: str | None
+    listed: bool = False  # its pending entry is in a step's entries
+
+
+@dataclass
+class ConductLog:
+    """Judges one episode's conduct (see the module docstring). ``step_entries`` holds the last
+    step's entries, ``rounds`` one ``{"verdicts", "scores"}`` per closed round."""
+
+    reader: ConductReader = field(default_factory=RuleReader)
+    step_entries: list[Entry] = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    # seat -> [claims true, claims false, kept, broken, flags]
+    _counts: dict[str, list[int]] = field(default_factory=dict)
+    _open: list[_Open] = field(default_factory=list)
+    _actions: dict[str, list[tuple[int, actions.ActionModel]]] = field(default_factory=dict)
+    _transfers: dict[str, list[Transfer]] = field(default_factory=dict)
+    _truth: SeatTruth | None = None
+    _penalties: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The reader's name (recorded in the transcript header as ``conduct_judge``)."""
+        return str(getattr(self.reader, "name", type(self.reader).__name__))
+
+    # --- scores ------------------------------------------------------------------------
+    def scores(self) -> dict[str, ConductScore]:
+        """Per-seat conduct so far (seats that said or promised nothing judged are absent)."""
+        return {seat: ConductScore(*row) for seat, row in sorted(self._counts.items())}
+
+    def score_dicts(self) -> dict[str, dict[str, Any]]:
+        """:meth:`scores` as JSON."""
+        return {seat: score_dict(s) for seat, s in self.scores().items()}
+
+    def penalties(self, spec: RewardSpec) -> list[tuple[str, str, float]]:
+        """The conduct reward: (seat, component, cost) of each false claim, broken promise and
+        manipulation flag since the last call, costed by the scenario's penalties; none while
+        ``rewards.conduct`` is off (the default), so judging changes no reward."""
+        taken, self._penalties = self._penalties, []
+        if not spec.conduct:
+            return []
+        cost = {
+            "false_claim": spec.false_claim_penalty,
+            "broken_promise": spec.broken_promise_penalty,
+            "manipulation": spec.manipulation_penalty,
+        }
+        return [(seat, component, cost[component]) for seat, component in taken]
+
+    def _count(self, seat: str, slot: int) -> None:
+        self._counts.setdefault(seat, [0] * 5)[slot] += 1
+        component = {1: "false_claim", 3: "broken_promise", 4: "manipulation"}.get(slot)
+        if component is not None:
+            self._penalties.append((seat, component))
+
+    # --- the env's hooks ---------------------------------------------------------------
+    def begin_step(self) -> None:
+        """A new step: its entries start empty."""
+        self.step_entries = []
+        self._truth = None
+
+    def before_action(self, world: World, seat: str, act: actions.ActionModel, now: int) -> None:
+        """Note the seat's private truth as it speaks (only for actions that can make a claim)."""
+        if seat == DESIGNER:
+            return
+        if isinstance(act, actions.MakePitch) or text_of(act) is not None:
+            lab = world.labs[lab_index(seat)]
+            self._truth = SeatTruth.of(lab, int(world.holdings[lab.index, now]))
+
+    def after_action(
+        self,
+        seat: str,
+        act: actions.ActionModel,
+        result: dict[str, object],
+        now: int,
+        results: list[RoundResult],
+    ) -> None:
+        """Judge what a successful action said and promised, and the promises it keeps or breaks
+        (``results``: the rounds closed so far, for the public facts a text may misstate)."""
+        if seat == DESIGNER:
+            return
+        ref = result.get("coalition_id") if isinstance(act, actions.FormCoalition) else None
+        promises = structured_promises(seat, now, act, str(ref) if ref is not None else None)
+        if isinstance(act, actions.SendOffer):
+            promises = []  # an offer binds only once accepted (see accepted)
+        claims = structured_claims(seat, now, act)
+        reading = TextReading()
+        said = text_of(act)
+        if said is not None and said[1].strip():
+            facts = public_facts(now, results)
+            reading = self.reader.read(seat, now, said[0], said[1], text_counterparts(act), facts)
+        truth = self._truth
+        if truth is not None:
+            for c in claims:
+                self._claim(judge_claim(c, truth), "rule", None)
+            for c in reading.claims:
+                self._claim(judge_claim(c, truth), reading.method, reading.model)
+        for f in reading.flags:
+            self._count(f.seat, 4)
+            self.step_entries.append(flag_entry(f, reading.method, reading.model))
+        for p in promises:
+            self._promise(p, "rule", None)
+        for p in reading.promises:
+            self._promise(p, reading.method, reading.model)
+        if isinstance(act, _RECORDED):
+            self._actions.setdefault(seat, []).append((now, act))
+        self._settle(seat, now, self.step_entries)
+
+    def accepted(self, offer: Offer, spot: bool, now: int) -> None:
+        """An accepted offer binds both sides: the seller to deliver its blocks at the delivery
+        round, the buyer to pay its price (credits move at acceptance; spot blocks too)."""
+        seller, buyer = bidder_seat(offer.seller), bidder_seat(offer.buyer)
+        self._transfer(Transfer(now, buyer, seller, credits=offer.price))
+        if spot:
+            self._transfer(Transfer(now, seller, buyer, blocks=offer.blocks))
+        ref = offer.offer_id
+        deliver = Promise(
+            seller, now, "action", "deliver", (buyer,), offer.delivery_round, float(offer.blocks),
+            ref, False, "accepted offer",
+        )  # fmt: skip
+        pay = Promise(
+            buyer, now, "action", "pay", (seller,), now, float(offer.price), ref, False,
+            "accepted offer",
+        )  # fmt: skip
+        for p in (deliver, pay):
+            self._promise(p, "rule", None)
+        self._settle(None, now, self.step_entries)
+
+    def round_closed(self, result: RoundResult, contracts: list[Contract]) -> None:
+        """Record the round's contract deliveries and pledges, then decide every promise the
+        close decides (due round closed, or fulfilled); appends the round's record to ``rounds``."""
+        now = result.round
+        for contract in contracts:
+            if contract.delivery_round == now and contract.delivered > 0:
+                self._transfer(
+                    Transfer(
+                        now,
+                        bidder_seat(contract.seller),
+                        bidder_seat(contract.buyer),
+                        blocks=int(contract.delivered),
+                    )
+                )
+        for pool in result.pools:
+            for member, given in sorted(pool.given.items()):
+                if given:
+                    self._transfer(Transfer(now, bidder_seat(member), pool.coalition_id, given))
+        verdicts: list[Entry] = []
+        self._settle(None, now + 1, verdicts)
+        self.rounds.append({"verdicts": verdicts, "scores": self.score_dicts()})
+
+    # --- internals ---------------------------------------------------------------------
+    def _claim(self, v: Verdict, method: str, model: str | None) -> None:
+        if v.label in _SCORE_SLOTS:
+            self._count(v.subject.seat, _SCORE_SLOTS[v.label])
+        self.step_entries.append(claim_entry(v, method, model))
+
+    def _promise(self, p: Promise, method: str, model: str | None) -> None:
+        self._open.append(_Open(p, method, model))
+
+    def _transfer(self, t: Transfer) -> None:
+        self._transfers.setdefault(t.sender, []).append(t)
+
+    def _settle(self, seat: str | None, now: int, out: list[Entry]) -> None:
+        """Judge the open promises (of ``seat`` only, or all): a decided one leaves the open list
+        with its entry in ``out``; one made this step is listed as pending."""
+        still: list[_Open] = []
+        for o in self._open:
+            p = o.promise
+            if seat is not None and p.seat != seat:
+                still.append(o)
+                continue
+            record = SeatRecord(
+                tuple(self._actions.get(p.seat, ())), tuple(self._transfers.get(p.seat, ()))
+            )
+            v = judge_promise(p, record, now)
+            if v.label in ("kept", "broken"):
+                self._count(p.seat, _SCORE_SLOTS[v.label])
+                out.append(promise_entry(v, o.method, o.model))
+            else:
+                still.append(o)
+                if not o.listed and out is self.step_entries:
+                    o.listed = True
+                    out.append(promise_entry(v, o.method, o.model))
+        self._open = still
+
+
+def public_facts(round: int, results: list[RoundResult]) -> PublicFacts:
+    """What every seat can see and so can misstate: the round, and the last clearing's reserve
+    and price where that round's mechanism revealed them (as observations show them)."""
+    if not results:
+        return PublicFacts(round)
+    r = results[-1]
+    m = r.mechanism
+    reserve = r.reserve if m.reveal_reserve else None
+    price = r.price if m.reveal_clearing_price and (r.sold or m.reveal_reserve) else None
+    return PublicFacts(round, reserve, price)
+
+
+def conduct_reader(spec: str) -> ConductReader:
+    """The reader a scenario's ``conduct_judge`` names: ``rule`` (the default)."""
+    if spec == "rule":
+        return RuleReader()
+    raise ValueError(f"conduct_judge {spec!r}: unknown reader; use 'rule'")
