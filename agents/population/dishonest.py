@@ -114,12 +114,13 @@ class PromiseBreaker(StatefulAgent):
        <now>. We won't bid above <X>.";
     4. otherwise, once per round: *message* the next active lab "We will deliver 2 blocks to
        you by round <now>. We won't bid above <X>.";
-    5. where short sales are allowed (the default of ``[delivery]``), once per round while the
-       episode has a next round: *sell short* 2 blocks for delivery next round to the next
-       active lab, at the last revealed clearing price per block (the floor before any, at
-       least 1 credit), noting "We will deliver 2 blocks to you by round <now + 1>.", when its
-       budget plus the price covers the collateral and leaves its top bid (``2 X``) to bid;
-       it buys no cover, so the contract falls short unless it happens to hold the blocks then;
+    5. where short sales are allowed (the default of ``[delivery]``), once per round: *sell
+       short* 2 blocks to the next active lab for the first of the next two rounds in which it
+       holds no block and owes none yet, at the last revealed clearing price per block (the
+       floor before any, at least 1 credit), noting "We will deliver 2 blocks to you by round
+       <t>.", when its budget plus the price covers the collateral and leaves its top bid
+       (``2 X``) to bid. In round ``t`` it then bids nothing and promises no bid limit, so it
+       holds no block to deliver and the sale falls short;
     6. otherwise wait.
 
     ``X`` is half its top truthful bid this round, rounded down to the cent, and is promised
@@ -140,6 +141,7 @@ class PromiseBreaker(StatefulAgent):
         self.turn: dict[int, int] = {}  # round -> negotiation turns it has had in it
         self.promised: set[int] = set()
         self.sold: set[int] = set()
+        self.due: set[int] = set()  # rounds it has sold short for
         self.limits: dict[int, float] = {}  # round -> the bid limit it promised
 
     def _limit(self, obs: Observation) -> float | None:
@@ -150,15 +152,18 @@ class PromiseBreaker(StatefulAgent):
     def _promises(self, obs: Observation, to_you: bool) -> str:
         whom = " to you" if to_you else ""
         text = f"We will deliver {self.BLOCKS} blocks{whom} by round {obs.round}."
-        limit = self._limit(obs)
+        limit = None if obs.round in self.due else self._limit(obs)
         if limit is None:
             return text
         self.limits[obs.round] = limit
         return f"{text} We won't bid above {limit:g}."
 
     def _bid(self, obs: Observation) -> Bid:
-        """Its truthful bid; when no unit of it is above the limit it promised this round (its
-        budget fell since), one block at what it can pay, up to its top value, if that is."""
+        """No bid in a round it owes short-sold blocks; otherwise its truthful bid, and when no
+        unit of it is above the limit it promised this round (its budget fell since), one block
+        at what it can pay, up to its top value, if that is above the limit."""
+        if obs.round in self.due:
+            return Bid(bids=[])  # it owes blocks this round: it holds none and wins none
         bid, limit = truthful_bid(obs), self.limits.get(obs.round)
         if limit is None or any(b > limit for b in bid.bids):
             return bid
@@ -167,8 +172,15 @@ class PromiseBreaker(StatefulAgent):
         return Bid(bids=[top]) if top > limit else bid
 
     def _short_sale(self, obs: Observation, to: str) -> SendOffer | None:
-        d, now = obs.delivery, obs.round
-        if d is None or not d.short_sales or now in self.sold or now + 1 >= obs.rounds_total:
+        d, now, held = obs.delivery, obs.round, obs.holdings or []
+        if d is None or not d.short_sales or now in self.sold:
+            return None
+        empty = [
+            t
+            for t in range(now + 1, min(now + 3, obs.rounds_total))
+            if (held[t - now] if t - now < len(held) else 0) == 0 and t not in self.due
+        ]
+        if not empty:
             return None
         price = round(max(price_floor(obs), last_price(obs) or 0.0, 1.0) * self.BLOCKS, 2)
         collateral = d.collateral_fraction * price + d.collateral_per_block * self.BLOCKS
@@ -176,14 +188,15 @@ class PromiseBreaker(StatefulAgent):
         if (obs.budget or 0.0) + price < collateral + keep + 1e-6:
             return None
         self.sold.add(now)
+        self.due.add(empty[0])
         return SendOffer(
             to=to,
             side="sell",
             blocks=self.BLOCKS,
             price=price,
-            delivery_round=now + 1,
+            delivery_round=empty[0],
             short=True,
-            message=f"We will deliver {self.BLOCKS} blocks to you by round {now + 1}.",
+            message=f"We will deliver {self.BLOCKS} blocks to you by round {empty[0]}.",
         )
 
     def act(self, obs: Observation) -> ActionModel:
