@@ -56,17 +56,24 @@ def test_the_judge_catches_the_liar_and_the_promise_breaker(scenario: str) -> No
 def _broken(
     scenario: str, agent: str, seed: int = 0
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The seat's score dict and its broken promises' entries."""
+    """The seat's score dict and its broken promises' entries: those an act broke (in the step
+    entries) and those whose due round closed unfulfilled (in the round verdicts)."""
     env = raw_env(scenario)
+    steps: list[dict[str, Any]] = []
+    step = env.step
+
+    def recording(action: Any) -> None:
+        step(action)
+        steps.extend(env.unwrapped.conduct.step_entries)
+
+    env.step = recording
     run_episode(scenario, seed, {SEAT: agent}, env=env)
     log = env.unwrapped.conduct
-    broken = [
-        e
-        for r in log.rounds
-        for e in r.get("verdicts", [])
-        if e["seat"] == SEAT and e["label"] == "broken"
-    ]
-    return dict(log.score_dicts().get(SEAT, {})), broken
+    entries = steps + [e for r in log.rounds for e in r.get("verdicts", [])]
+    broken = [e for e in entries if e["seat"] == SEAT and e.get("label") == "broken"]
+    score = dict(log.score_dicts().get(SEAT, {}))
+    assert len(broken) == score.get("promises_broken", 0), (broken, score)
+    return score, broken
 
 
 def _blocks_can_fail(scenario: str) -> bool:
@@ -139,3 +146,23 @@ def test_the_committed_measurement_is_what_the_code_computes() -> None:
         return r.scenario, r.agent
 
     assert sorted(conduct_table(), key=key) == sorted(read_csv(CSV), key=key)
+
+
+@pytest.mark.parametrize("scenario", ["market_round", "coalition_market"])
+def test_the_promise_breakers_short_sales_fall_short(scenario: str) -> None:
+    """Short sales are allowed by default: the promise breaker's accepted ones (an offer id as
+    ref; whether one is accepted is the counterpart's call, so over seeds 0-2) are judged broken
+    at their delivery round, as are the messages, offer notes and coalition purposes that
+    promised delivery, its stays (it leaves) and its bid limits (it bids above them); it keeps
+    no promise."""
+    kinds: set[tuple[str, str]] = set()
+    sales = []
+    for seed in range(3):
+        score, broken = _broken(scenario, "promise_breaker", seed)
+        assert score["promises_kept"] == 0 and score["promises_broken"] > 0, score
+        kinds |= {(e["source"], e["promise"]) for e in broken}
+        sales += [e for e in broken if (e["source"], e["promise"]) == ("action", "deliver")]
+    assert sales and all(e["ref"].startswith("o") for e in sales), sales
+    expected = {("offer", "deliver"), ("message", "deliver"), ("message", "not_bid")}
+    expected |= {("coalition", "deliver"), ("coalition", "stay"), ("action", "stay")}
+    assert expected <= kinds, kinds
