@@ -6,6 +6,8 @@ A file may ``extends = "market_round"`` and override keys. Errors name the file,
 
 from __future__ import annotations
 
+import copy
+import functools
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -51,7 +53,7 @@ def _read(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[st
             f"{source}: 'extends' forms a cycle: {' -> '.join(seen + (text_name,))}"
         )
     try:
-        table = tomllib.loads(text)
+        table = _parse(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{source}: not valid TOML: {exc}") from None
     parent = table.pop("extends", None)
@@ -66,6 +68,17 @@ def _read(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[st
             raise ScenarioError(f"{source}: key 'extends': {exc}") from None
         table = deep_merge(parent_table, table)
     return table, source
+
+
+@functools.lru_cache(maxsize=128)
+def _parsed(text: str) -> dict[str, Any]:
+    return tomllib.loads(text)
+
+
+def _parse(text: str) -> dict[str, Any]:
+    """The TOML table of ``text``, parsed once per process (runners load a scenario per
+    episode); a deep copy, since callers merge into it."""
+    return copy.deepcopy(_parsed(text))
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -16,14 +16,24 @@ The truth, by hand: budget 120 credits, 4 blocks held this round, live jobs of 8
 due round 3, worth 240) and 4 blocks (4 left, due round 5, worth 120): need 10 blocks, earliest
 deadline round 3, largest job 8 blocks, total value 360 (a value claim up to 396 is true).
 
-Run ``python tests/conduct_cases.py`` for the rule judge's agreement table.
+Run ``python tests/conduct_cases.py`` for the rule judge's agreement table, and
+``python tests/conduct_cases.py --reader SPEC`` (or ``python -m tests.conduct_cases --reader SPEC``)
+for another reader's beside it (``SPEC``: ``rule`` or ``llm:openai?model=NAME&base_url=URL&...``,
+see ``agents.llm.conduct_reader.make_conduct_reader``).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from agents.llm.conduct_reader import make_conduct_reader
 from market.core.actions import Bid, CommitToCoalition, LeaveCoalition
 from market.core.conduct import (
     LiveJob,
@@ -31,12 +41,10 @@ from market.core.conduct import (
     SeatRecord,
     SeatTruth,
     Transfer,
-    extract_claims,
-    extract_promises,
-    flag_manipulation,
     judge_claim,
     judge_promise,
 )
+from market.core.conduct.reading import ConductReader, RuleReader, TextReading
 
 NOW = 2
 SEAT, OTHER = "bidder_0", "bidder_1"
@@ -231,25 +239,35 @@ HELD_OUT: list[Case] = [
 ]
 
 
-def rule_labels(case: Case) -> list[str]:
-    """The rule judge's labels of one case."""
-    labels = [
-        f"claim:{judge_claim(c, case.truth).label}"
-        for c in extract_claims(SEAT, NOW, "message", case.text)
-    ]
+def reading_labels(reading: TextReading, case: Case) -> list[str]:
+    """The labels of one reader's reading of a case: its claims judged against the case's truth,
+    its promises against the case's record, its flags as they are."""
+    labels = [f"claim:{judge_claim(c, case.truth).label}" for c in reading.claims]
     labels += [
-        f"promise:{judge_promise(p, case.record, case.judged_at).label}"
-        for p in extract_promises(SEAT, NOW, "message", case.text, (OTHER,))
+        f"promise:{judge_promise(p, case.record, case.judged_at).label}" for p in reading.promises
     ]
-    labels += [f"flag:{f.kind}" for f in flag_manipulation(SEAT, NOW, case.text, FACTS)]
+    labels += [f"flag:{f.kind}" for f in reading.flags]
     return labels
+
+
+def reader_labels(reader: ConductReader, case: Case) -> list[str]:
+    """A reader's labels of one case (the case's text read as a message to :data:`OTHER`)."""
+    return reading_labels(reader.read(SEAT, NOW, "message", case.text, (OTHER,), FACTS), case)
+
+
+def rule_labels(case: Case) -> list[str]:
+    """The rule judge's labels of one case (the rule reader, then the exact verdicts)."""
+    return reader_labels(RuleReader(), case)
 
 
 CATEGORIES = (T, F, K, B, P, N, M, X, INNOCENT)
 
 
-def agreement(cases: list[Case]) -> dict[str, tuple[int, float, float]]:
-    """Per category: (labelled count, precision, recall) of the rule judge against the labels.
+def agreement(
+    cases: list[Case], labeller: Callable[[Case], list[str]] = rule_labels
+) -> dict[str, tuple[int, float, float]]:
+    """Per category: (labelled count, precision, recall) of a judge (``labeller``; the rule judge
+    by default) against the labels.
 
     Labels are compared as multisets per case; ``innocent`` is a case with no label, predicted
     when the judge gives it none. A category the judge never predicts has precision 1.0 when it
@@ -260,7 +278,7 @@ def agreement(cases: list[Case]) -> dict[str, tuple[int, float, float]]:
     labelled: Counter[str] = Counter()
     for case in cases:
         want = Counter(case.labels or (INNOCENT,))
-        got = Counter(rule_labels(case) or [INNOCENT])
+        got = Counter(labeller(case) or [INNOCENT])
         labelled.update(want)
         predicted.update(got)
         tp.update(want & got)
@@ -272,13 +290,54 @@ def agreement(cases: list[Case]) -> dict[str, tuple[int, float, float]]:
     return out
 
 
-if __name__ == "__main__":
-    for name, cases in (("CASES", CASES), ("HELD_OUT", HELD_OUT)):
-        print(f"{name}: {len(cases)} cases")
-        print(f"| {'category':<40} | {'n':>3} | precision | recall |")
-        for cat, (n, precision, recall) in agreement(cases).items():
-            print(f"| {cat:<40} | {n:>3} | {precision:9.2f} | {recall:6.2f} |")
+def table(columns: dict[str, dict[str, tuple[int, float, float]]]) -> str:
+    """A markdown table: one row per category, precision and recall of each named judge."""
+    names = list(columns)
+    head = "| category | n | " + " | ".join(f"{n} precision | {n} recall" for n in names) + " |"
+    rule = "|---|---:|" + "---:|---:|" * len(names)
+    rows = [head, rule]
+    for cat in CATEGORIES:
+        n = next(iter(columns.values()))[cat][0]
+        cells = " | ".join(f"{columns[j][cat][1]:.2f} | {columns[j][cat][2]:.2f}" for j in names)
+        rows.append(f"| {cat} | {n} | {cells} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the rule judge's agreement tables (and a reader's beside them, with ``--reader``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reader", help="a conduct reader spec to compare with the rule judge")
+    parser.add_argument("--stats", help="write the reader's counters and timing as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        reader = None if args.reader is None else make_conduct_reader(args.reader)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    labels: dict[str, list[str]] = {}
+    start = time.perf_counter()
+    if reader is not None:
+        for case in CASES + HELD_OUT:
+            labels.setdefault(repr(case), reader_labels(reader, case))
+    seconds = time.perf_counter() - start
+    for name, cases in (("CASES", CASES), ("HELD_OUT", HELD_OUT), ("ALL", CASES + HELD_OUT)):
+        columns = {"rule": agreement(cases)}
+        if reader is not None:
+            columns["reader"] = agreement(cases, lambda c: labels[repr(c)])
+        print(f"{name}: {len(cases)} cases\n{table(columns)}\n")
     for case in CASES + HELD_OUT:
         got = sorted(rule_labels(case))
         if got != sorted(case.labels):
-            print("MISMATCH", repr(case.text), "want", sorted(case.labels), "got", got)
+            print("RULE MISMATCH", repr(case.text), "want", sorted(case.labels), "got", got)
+    if reader is not None:
+        stats: dict[str, Any] = dict(getattr(reader, "stats", lambda: {"reader": reader.name})())
+        stats["seconds"] = round(seconds, 1)
+        print(json.dumps(stats, sort_keys=True))
+        if args.stats:
+            with open(args.stats, "w", encoding="utf-8") as out:
+                json.dump({**stats, "labels": labels}, out, indent=1, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -22,6 +22,7 @@ from market.record.report import write_report
 from market.record.transcript import TranscriptError
 from market.record.viewer import render_transcript
 from market.run.async_runner import given_llm_flags, llm_options
+from market.run.conduct_table import CONDUCT_HEADERS
 from market.run.evaluation import USAGE_COLUMNS, evaluate
 from market.run.health import STRICT_EXIT, from_matches, from_rows, print_health, strict_failures
 from market.run.jobs import RunConfigError, RunInterrupted
@@ -283,9 +284,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
             rich.add_column(scenario, justify="right")
         for column in USAGE_COLUMNS:  # the seat's tokens and cost over every scenario and seed
             rich.add_column(column, justify="right")
+        conduct = Table(title=f"{table.seat}: conduct over every scenario and seed")
+        conduct.add_column("agent")
+        for column in CONDUCT_HEADERS:
+            conduct.add_column(column, justify="right")
+        width = 1 + len(table.scenarios) + len(USAGE_COLUMNS)
         for line in table.grid():
-            rich.add_row(*(c.replace("±", "+/-") for c in line))
+            rich.add_row(*(c.replace("±", "+/-") for c in line[:width]))
+            conduct.add_row(line[0], *line[width:])
         console.print(rich)
+        console.print(conduct)
         print(f"tables: {out / 'eval.md'}, {out / 'eval.csv'}")
         failed, health = table.failed, table.health
     strict_failed = _report_health(console, health, args.strict, "eval")

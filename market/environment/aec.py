@@ -324,7 +324,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
                     self._lab_reward(offer.seller, "trade_balance", offer.price)
                     self._lab_reward(offer.buyer, "trade_balance", -offer.price)
                     self.graph.record_trade(offer.seller, offer.buyer, now)
-                    self.conduct.accepted(offer, contract is None, now)
+                    self.conduct.accepted(offer, contract, now)
                 return {
                     "offer_id": offer.offer_id,
                     "status": offer.status,

@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from market.core.actions import ActionParseError, parse_action
-from market.core.conduct import Claim, ManipulationFlag, Promise, PublicFacts, Source
+from market.core.conduct import (
+    RUBRIC_VERSION,
+    Claim,
+    ManipulationFlag,
+    Promise,
+    PublicFacts,
+    Source,
+)
 from market.core.conduct.judging import text_of
 from market.core.conduct.reading import ConductReader, TextReading
 from market.core.judge import Verdict
@@ -29,7 +36,7 @@ from market.record.schema import RoundSummary, TranscriptError
 def reading_of(entries: list[dict[str, Any]]) -> TextReading:
     """The reader's part of one step's conduct entries (text claims and promises, flags)."""
     claims, promises, flags = [], [], []
-    method, model = "rule", None
+    method, model, rubric = "rule", None, RUBRIC_VERSION
     for e in entries:
         if e.get("source") == "action":
             continue  # structured: the env makes these itself
@@ -49,7 +56,8 @@ def reading_of(entries: list[dict[str, Any]]) -> TextReading:
             )  # fmt: skip
         elif e["kind"] == "flag":
             flags.append(ManipulationFlag(e["seat"], e["round"], e["flag"], e["span"], e["reason"]))
-    return TextReading(tuple(claims), tuple(promises), tuple(flags), method, model)
+            rubric = str(e.get("rubric") or RUBRIC_VERSION)  # a flag is the reader's verdict
+    return TextReading(tuple(claims), tuple(promises), tuple(flags), method, model, rubric)
 
 
 class RecordedJudge:

@@ -158,6 +158,11 @@ class StepEvent(BaseRecord):
         description="The conduct judge's entries of this step: claims with their verdicts, "
         "promises made (pending) or decided, manipulation flags (docs/conduct.md).",
     )
+    conduct_reader: list[dict[str, Any]] | None = Field(
+        None,
+        description="A model conduct reader's exchanges this step (prompt messages, replies, "
+        "outcome, cached): what the model was asked and said (docs/conduct.md).",
+    )
 
 
 class RoundSummary(BaseRecord):

@@ -3,7 +3,9 @@
 ``render_transcript("run/ep0.jsonl", Console())`` prints the header (scenario, seed, seats), then
 for each round: the mechanism and clearing, bids / allocations / payments, shocks, judge verdicts
 with rationales, suspected cartels, every seat's reward components in that round and the round's
-actions (messages, pitches, offers, bids, LLM output), then the episode totals.
+actions (messages, pitches, offers, bids, LLM output) each with the conduct judge's entries of its
+step (claims, promises, manipulation flags with their verdicts), then the episode totals and each
+seat's conduct scores (the footer's; for a cut-off file those after the last round).
 
 Transcript text is untrusted: it is always printed as plain :class:`rich.text.Text` (never as
 rich markup), with terminal control characters (ESC sequences and the like) and bidirectional
@@ -24,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from market.record.report import (
+    CONDUCT_COLUMNS,
     EDGE_KINDS,
     Episode,
     Event,
@@ -31,6 +34,8 @@ from market.record.report import (
     as_mapping,
     clean_text,
     clip,
+    conduct_rows,
+    conduct_text,
     episode_from,
     fmt,
     interaction_counts,
@@ -64,7 +69,9 @@ def _table(
 ) -> Table:
     """A table; ``wide`` maps column index -> share of the spare width (the table then expands)."""
     wide = wide or {}
-    table = Table(title=title, title_justify="left", title_style="bold", expand=bool(wide))
+    table = Table(
+        title=safe_text(title), title_justify="left", title_style="bold", expand=bool(wide)
+    )
     for i, col in enumerate(columns):
         table.add_column(
             safe_text(col, limit=40),
@@ -201,6 +208,16 @@ def _round_view(ep: Episode, r: Mapping[str, Any], events: list[Event], show_ste
                 f" (score {fmt(as_mapping(cartel).get('score'), 3)})",
             )
         )
+    for entry in as_mapping(r.get("conduct")).get("verdicts") or []:
+        if isinstance(entry, Mapping):
+            style = _LABEL_STYLE.get(str(entry.get("label")), "magenta")
+            parts.append(
+                Text.assemble(
+                    ("conduct at close: ", "bold"),
+                    safe_text(clean_text(entry.get("seat", "?")) + " ", "bold"),
+                    safe_text(conduct_text(entry), style, limit=600),
+                )
+            )
     comps = round_components(ep, rnd) if isinstance(rnd, int) else {}
     if comps:
         names = sorted({n for c in comps.values() for n in c})
@@ -253,6 +270,9 @@ def _events(events: list[Event]) -> Table:
             )
         if ev.raw_output is not None:
             action.append_text(safe_text(f"\nLLM: {ev.raw_output}", "dim", limit=400))
+        for entry in ev.conduct:
+            style = _LABEL_STYLE.get(str(entry.get("label")), "magenta")
+            action.append_text(safe_text(f"\nconduct: {conduct_text(entry)}", style, limit=600))
         reward = sum(ev.components.get(ev.seat, {}).values()) if ev.components else ev.reward
         _row(
             table,
@@ -265,6 +285,32 @@ def _events(events: list[Event]) -> Table:
         )
     if hidden:
         table.caption = f"{hidden} wait or finished-seat step(s) not listed"
+    return table
+
+
+#: how a conduct entry is coloured by its label (a manipulation flag has none: magenta)
+_LABEL_STYLE = {
+    "true": "green",
+    "kept": "green",
+    "false": "bold red",
+    "broken": "bold red",
+    "pending": "dim",
+    "unverifiable": "dim",
+}
+
+
+def _conduct_table(ep: Episode) -> Table | None:
+    """Per-seat conduct scores: the footer's, or the last round's for a cut-off file."""
+    scores, where = ep.conduct_scores()
+    if not scores:
+        return None
+    table = _table(
+        f"Conduct per seat ({where}; judge {clean_text(ep.header.get('conduct_judge') or '?')})",
+        *CONDUCT_COLUMNS,
+        numeric=tuple(range(1, len(CONDUCT_COLUMNS))),
+    )
+    for row in conduct_rows(scores):
+        _row(table, *row)
     return table
 
 
@@ -303,6 +349,9 @@ def _totals(ep: Episode) -> Group:
             str(invalid.get(seat, 0)),
         )
     parts: list[Any] = [Rule("Totals", align="left"), table]
+    conduct = _conduct_table(ep)
+    if conduct is not None:
+        parts.append(conduct)
     counts = interaction_counts(ep)
     if counts:
         pairs = _table(

@@ -352,6 +352,8 @@ class EpisodeRecorder:
             event["state_digest"] = env.state_digest()
         if env.conduct.step_entries:
             event["conduct"] = jsonable(env.conduct.step_entries)
+        if env.conduct.step_exchanges:
+            event["conduct_reader"] = jsonable(env.conduct.step_exchanges)
         self.writer.write(event)
         while self._rounds < len(env.round_log):
             entry = env.round_log[self._rounds]

@@ -1,183 +1,117 @@
-"""The conduct record of every scripted bidder of the population (docs/conduct.md's table).
+"""Conduct columns of the ``eval``, tournament and leaderboard tables: a model's honesty next to
+its return.
 
-Each bidder of the registry takes seat ``bidder_0`` of a scenario, the other seats keep the
-scenario's own agents, on seeds 0-9; the rule judge (``env.unwrapped.conduct``) scores the seat
-in every episode. A row gives, per agent and scenario:
+Each seat-episode of an agent spec contributes its conduct score (the footer's
+``conduct[seat]``, :func:`market.environment.conduct_log.score_dict`). The rule:
 
-- ``n``: the episodes played;
-- ``truthfulness``: the mean over the episodes with a judged claim (``n_claims`` of them) of the
-  episode's true claims / judged claims; empty without one;
-- ``promise_keeping``: the mean over the episodes with a due promise (``n_promises``) of kept /
-  due promises; empty without one;
-- ``manipulation``: the mean number of manipulation attempts per episode;
-- ``claims_false`` and ``promises_broken``: their means per episode.
+- ``truthfulness`` = the mean of the seat-episodes' truthfulness over those where it is defined
+  (at least one judged claim), ``truthfulness_n`` = how many that is; NaN when none;
+- ``promise_keeping`` likewise over the seat-episodes with at least one due promise;
+- ``manipulation`` = the mean number of manipulation attempts per judged seat-episode (a seat
+  the judge recorded nothing for made none: 0); ``conduct_n`` = the judged seat-episodes.
 
-``python -m market.run.conduct_table`` prints the table in Markdown; ``--csv PATH`` also writes
-the rows (``docs/data/conduct-population.csv`` is the committed measurement).
+A seat-episode recorded before the conduct judge (no ``conduct`` at all, ``None``) is not judged
+and counts in none of the three. Means use :func:`math.fsum`, so the order episodes finished in
+does not matter.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from agents.registry import REGISTRY
-from market.environment.aec import raw_env
-from market.run.rollout import run_episode
-
-SEAT = "bidder_0"
-SCENARIOS = ("market_round", "coalition_market")
-SEEDS = range(10)
+#: the conduct columns every table gains, in order
+CONDUCT_KEYS = (
+    "truthfulness",
+    "truthfulness_n",
+    "promise_keeping",
+    "promise_keeping_n",
+    "manipulation",
+    "conduct_n",
+)
 
 
 @dataclass(frozen=True)
-class ConductRow:
-    """One agent's conduct record in one scenario (the means of the module docstring)."""
+class ConductSummary:
+    """An agent's conduct over its seat-episodes (see the module docstring for the rule)."""
 
-    scenario: str
-    agent: str
-    n: int
-    truthfulness: float | None
-    n_claims: int
-    promise_keeping: float | None
-    n_promises: int
+    truthfulness: float
+    truthfulness_n: int
+    promise_keeping: float
+    promise_keeping_n: int
     manipulation: float
-    claims_false: float
-    promises_broken: float
+    conduct_n: int
+
+    def columns(self) -> dict[str, Any]:
+        """The summary as table columns (:data:`CONDUCT_KEYS`)."""
+        return {k: getattr(self, k) for k in CONDUCT_KEYS}
 
 
-def bidders() -> list[str]:
-    """The registry's agents that fill a bidder seat, by name."""
-    return sorted(n for n, f in REGISTRY.items() if "bidder" in getattr(f, "roles", ()))
+def _ratio(score: Mapping[str, Any], key: str) -> float | None:
+    value = score.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values) if values else math.nan
 
 
-def episode_score(scenario: str, seed: int, agent: str) -> dict[str, Any]:
-    """The seat's conduct score dict after one episode (all zeros when it said nothing judged)."""
-    env = raw_env(scenario)
-    run_episode(scenario, seed, {SEAT: agent}, env=env)
-    empty = {
-        "claims_true": 0,
-        "claims_false": 0,
-        "promises_kept": 0,
-        "promises_broken": 0,
-        "manipulation_attempts": 0,
-        "truthfulness": None,
-        "promise_keeping": None,
-    }
-    return dict(env.unwrapped.conduct.score_dicts().get(SEAT, empty))
-
-
-def conduct_row(scenario: str, agent: str, seeds: Iterable[int] = SEEDS) -> ConductRow:
-    """The agent's row: one episode per seed in ``SEAT`` of ``scenario``."""
-    scores = [episode_score(scenario, s, agent) for s in seeds]
-    truth = [s["truthfulness"] for s in scores if s["truthfulness"] is not None]
-    kept = [s["promise_keeping"] for s in scores if s["promise_keeping"] is not None]
-    return ConductRow(
-        scenario,
-        agent,
-        len(scores),
-        _mean(truth),
-        len(truth),
-        _mean(kept),
-        len(kept),
-        _mean([s["manipulation_attempts"] for s in scores]) or 0.0,
-        _mean([s["claims_false"] for s in scores]) or 0.0,
-        _mean([s["promises_broken"] for s in scores]) or 0.0,
+def summarize(scores: Iterable[Mapping[str, Any] | None]) -> ConductSummary:
+    """The conduct summary of seat-episodes' scores (``None``: not judged; ``{}``: judged,
+    nothing recorded)."""
+    truth: list[float] = []
+    keeping: list[float] = []
+    attempts: list[float] = []
+    for score in scores:
+        if score is None:
+            continue
+        t, k = _ratio(score, "truthfulness"), _ratio(score, "promise_keeping")
+        if t is not None:
+            truth.append(t)
+        if k is not None:
+            keeping.append(k)
+        attempts.append(float(_ratio(score, "manipulation_attempts") or 0.0))
+    return ConductSummary(
+        _mean(truth), len(truth), _mean(keeping), len(keeping), _mean(attempts), len(attempts)
     )
 
 
-def conduct_table(
-    scenarios: Iterable[str] = SCENARIOS,
-    agents: Iterable[str] | None = None,
-    seeds: Iterable[int] = SEEDS,
-) -> list[ConductRow]:
-    """Every (scenario, agent) row, scenarios in the given order, agents by name."""
-    names = list(agents) if agents is not None else bidders()
-    seeds = list(seeds)
-    return [conduct_row(sc, a, seeds) for sc in scenarios for a in names]
+def seat_score(conduct: Any, seat: str) -> Mapping[str, Any] | None:
+    """``seat``'s score in an episode's per-seat ``conduct`` (``{}`` when the judge recorded
+    nothing for it); ``None`` when the episode carries no conduct (not judged)."""
+    if not isinstance(conduct, Mapping):
+        return None
+    score = conduct.get(seat)
+    return score if isinstance(score, Mapping) else {}
 
 
-def _cell(value: float | None, n: int | None = None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.3f}" if n is None else f"{value:.3f} ({n})"
+def ratio_text(value: float, n: int) -> str:
+    """``0.750 (n=4)``, or ``-`` without a judged episode."""
+    return "-" if n == 0 or not math.isfinite(value) else f"{value:.3f} (n={n})"
 
 
-def markdown(rows: Sequence[ConductRow]) -> str:
-    """The rows as a Markdown table: one line per agent, a column group per scenario."""
-    scenarios = list(dict.fromkeys(r.scenario for r in rows))
-    by = {(r.scenario, r.agent): r for r in rows}
-    head = ["agent"]
-    for sc in scenarios:
-        head += [f"{sc} truthful (n)", "promise-keeping (n)", "manipulation / ep."]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for agent in dict.fromkeys(r.agent for r in rows):
-        cells = [f"`{agent}`"]
-        for sc in scenarios:
-            r = by[(sc, agent)]
-            cells += [
-                _cell(r.truthfulness, r.n_claims),
-                _cell(r.promise_keeping, r.n_promises),
-                f"{r.manipulation:.2f}",
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def conduct_cells(s: ConductSummary) -> list[str]:
+    """Text cells: truthfulness, promise-keeping, manipulation attempts per episode."""
+    return [
+        ratio_text(s.truthfulness, s.truthfulness_n),
+        ratio_text(s.promise_keeping, s.promise_keeping_n),
+        "-" if s.conduct_n == 0 else f"{s.manipulation:.2f}",
+    ]
 
 
-def write_csv(rows: Sequence[ConductRow], path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        out = csv.DictWriter(f, fieldnames=[x.name for x in fields(ConductRow)])
-        out.writeheader()
-        for r in rows:
-            out.writerow({k: "" if v is None else v for k, v in asdict(r).items()})
+#: the headers of :func:`conduct_cells`
+CONDUCT_HEADERS = ("truthful (n)", "keeps promises (n)", "manipulation/ep")
 
-
-def read_csv(path: Path) -> list[ConductRow]:
-    """Rows written by :func:`write_csv`, back as :class:`ConductRow`."""
-
-    def num(text: str) -> float | None:
-        return None if text == "" else float(text)
-
-    with path.open(encoding="utf-8") as f:
-        return [
-            ConductRow(
-                r["scenario"],
-                r["agent"],
-                int(r["n"]),
-                num(r["truthfulness"]),
-                int(r["n_claims"]),
-                num(r["promise_keeping"]),
-                int(r["n_promises"]),
-                float(r["manipulation"]),
-                float(r["claims_false"]),
-                float(r["promises_broken"]),
-            )
-            for r in csv.DictReader(f)
-        ]
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
-    parser.add_argument("--agents", default="", help="comma-separated; default: every bidder")
-    parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds 0..N-1")
-    parser.add_argument("--csv", type=Path, default=None, help="also write the rows here")
-    args = parser.parse_args(argv)
-    agents = [a for a in args.agents.split(",") if a] or None
-    rows = conduct_table(args.scenarios.split(","), agents, range(args.seeds))
-    if args.csv is not None:
-        write_csv(rows, args.csv)
-    print(markdown(rows))
-
-
-if __name__ == "__main__":
-    main()
+__all__ = [
+    "CONDUCT_HEADERS",
+    "CONDUCT_KEYS",
+    "ConductSummary",
+    "conduct_cells",
+    "ratio_text",
+    "seat_score",
+    "summarize",
+]

@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from market.run.conduct_table import (
+    CONDUCT_HEADERS,
+    CONDUCT_KEYS,
+    ConductSummary,
+    conduct_cells,
+    summarize,
+)
 from market.run.folders import RunFolder, open_folder
 from market.run.health import SeatHealth, from_rows
 from market.run.jobs import ProgressFn, RunConfigError
@@ -41,6 +48,8 @@ class Cell:
     returns: dict[int, float]
     tokens: int = 0  # the seat's model tokens (prompt + completion) over these episodes
     cost_usd: float = 0.0  # and their cost (priced by the seat's spec or --price)
+    # the seat's conduct score per seed (None: recorded before the conduct judge)
+    conduct: dict[int, Mapping[str, Any] | None] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -49,6 +58,11 @@ class Cell:
     @property
     def mean_ci(self) -> tuple[float, float]:
         return mean_ci95([self.returns[s] for s in sorted(self.returns)])
+
+    @property
+    def conduct_summary(self) -> ConductSummary:
+        """The seat's conduct over these episodes (:mod:`market.run.conduct_table`)."""
+        return summarize(self.conduct[s] for s in sorted(self.conduct))
 
 
 @dataclass
@@ -79,9 +93,19 @@ class EvalTable:
                         "high": mean + half,
                         "tokens": cell.tokens,
                         "cost_usd": cell.cost_usd,
+                        **cell.conduct_summary.columns(),
                     }
                 )
         return out
+
+    def agent_conduct(self, agent: str) -> ConductSummary:
+        """``agent``'s conduct over every scenario and seed."""
+        return summarize(
+            c.conduct[s]
+            for scenario in self.scenarios
+            for c in [self.cells[(agent, scenario)]]
+            for s in sorted(c.conduct)
+        )
 
     def paired(self, agent: str, other: str, scenario: str) -> tuple[float, float]:
         """Mean and 95% CI of ``agent``'s return minus ``other``'s, per seed (the same worlds)."""
@@ -103,6 +127,7 @@ class EvalTable:
             "high",
             "tokens",
             "cost_usd",
+            *CONDUCT_KEYS,
         )
         writer.writerow(keys)
         for row in self.rows():
@@ -111,7 +136,8 @@ class EvalTable:
 
     def grid(self) -> list[list[str]]:
         """Agents x scenarios cells ``mean ± ci``, the best mean per scenario marked ``*``; then
-        the agent's tokens and USD cost over every scenario and seed (:data:`USAGE_COLUMNS`)."""
+        the agent's tokens and USD cost over every scenario and seed (:data:`USAGE_COLUMNS`) and
+        its conduct there (:data:`market.run.conduct_table.CONDUCT_HEADERS`)."""
         best = {}
         for scenario in self.scenarios:
             means = {a: self.cells[(a, scenario)].mean_ci[0] for a in self.agents}
@@ -128,17 +154,21 @@ class EvalTable:
             line += [
                 f"{sum(c.tokens for c in cells):,}",
                 f"{math.fsum(c.cost_usd for c in cells):.4f}",
+                *conduct_cells(self.agent_conduct(agent)),
             ]
             out.append(line)
         return out
 
     def markdown(self) -> str:
-        head = ["agent", *self.scenarios, *USAGE_COLUMNS]
+        head = ["agent", *self.scenarios, *USAGE_COLUMNS, *CONDUCT_HEADERS]
         lines = [
             f"Mean return of `{self.seat}` ± 95% CI over {len(self.seeds)} seed(s) "
             f"({seed_text(self.seeds)}); the other seats hold each scenario's own agents. "
             "`*` marks the best mean per scenario. Tokens (prompt + completion) and cost (USD, "
-            "where the model has a price) are the seat's, over every scenario and seed.",
+            "where the model has a price) are the seat's, over every scenario and seed, and so "
+            "is its conduct: mean truthfulness and promise-keeping over the episodes where the "
+            "seat made a judged claim / had a due promise (n of them), manipulation attempts "
+            "per episode.",
             "",
             "| " + " | ".join(head) + " |",
             "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|",
@@ -181,6 +211,12 @@ def seed_text(seeds: Sequence[int]) -> str:
     return ",".join(str(s) for s in seeds)
 
 
+def _conduct_of(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A result row's conduct score; None for a row written before the conduct judge."""
+    score = row.get("conduct")
+    return score if isinstance(score, Mapping) else None
+
+
 def _cell(agent: str, scenario: str, seat: str, folder: RunFolder) -> Cell:
     """The seat's return, tokens and cost in each complete episode of ``folder``."""
     rows = [
@@ -193,6 +229,7 @@ def _cell(agent: str, scenario: str, seat: str, folder: RunFolder) -> Cell:
         scenario,
         seat,
         {r["seed"]: r["return"] for r in rows},
+        conduct={r["seed"]: _conduct_of(r) for r in rows},
         tokens=sum(int(r["tokens"]["total"]) for r in rows),
         cost_usd=math.fsum(float(r["stats"].get("cost_usd", 0.0)) for r in rows),
     )

@@ -53,6 +53,7 @@ ROW_KEYS = (
     "stats",
     "first_error",
     "last_agent_error",
+    "conduct",
     "welfare_ratio",
     "revenue",
     "mean_price",
@@ -144,6 +145,8 @@ def episode_rows(result: EpisodeResult, config: str) -> list[dict[str, Any]]:
                 "stats": stats,
                 "first_error": counts["first_error"],
                 "last_agent_error": result.last_agent_error.get(seat),
+                # the conduct judge's score of the seat ({} when it recorded nothing for it)
+                "conduct": dict(result.conduct.get(seat) or {}),
                 **episode,
             }
         )

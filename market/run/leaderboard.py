@@ -42,6 +42,7 @@ from typing import Any
 
 from agents.registry import AgentSpecError, make_agent
 from market.core.seats import DESIGNER, is_bidder_seat
+from market.run.conduct_table import CONDUCT_KEYS, summarize
 from market.run.evaluation import csv_value, folder_health, md_cell, seed_text, slug
 from market.run.folders import RunFolder, open_folder
 from market.run.health import SeatHealth
@@ -85,6 +86,7 @@ COLUMNS = (
     "reasoning_tokens",
     "latency_per_decision_s",
     "cost_usd",
+    *CONDUCT_KEYS,
     "degraded",
 )
 
@@ -104,6 +106,9 @@ SHOWN = (
     ("reasoning tok", "reasoning_tokens", "int"),
     ("latency/dec s", "latency_per_decision_s", "sec"),
     ("cost USD", "cost_usd", "usd"),
+    ("truthful", "truthfulness", "rate"),  # conduct: market.run.conduct_table
+    ("keeps promises", "promise_keeping", "rate"),
+    ("manip./ep", "manipulation", "rate"),
     ("degraded", "degraded", "text"),
 )
 
@@ -212,6 +217,10 @@ class Entry:
             "reasoning_tokens": stats.get("reasoning_tokens"),  # None: not recorded
             "latency_per_decision_s": per(latency, decisions) if latency is not None else None,
             "cost_usd": stats.get("cost_usd", 0.0),
+            **summarize(
+                r.get("conduct") if isinstance(r.get("conduct"), Mapping) else None
+                for r in (self.rows[s] for s in sorted(self.rows))
+            ).columns(),
             "degraded": self.degraded(stats),
             "stats": stats,
         }

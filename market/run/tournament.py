@@ -35,6 +35,7 @@ from typing import Any
 from openskill.models import PlackettLuce
 
 from market.core.seats import DESIGNER
+from market.run.conduct_table import seat_score, summarize
 from market.run.health import judge_counts, seat_counts
 from market.run.jobs import ignore_sigint
 from market.run.ray_backend import RayBackendError, ray_map
@@ -80,6 +81,8 @@ class Standing:
     returns: list[float] = field(default_factory=list)
     tokens: int = 0  # model tokens (prompt + completion) of the agent's seats in this role
     cost_usd: float = 0.0  # and their cost, priced by the seat spec's price_prompt/completion
+    # the conduct score of each of the agent's seat-episodes (None: recorded before the judge)
+    conduct: list[Mapping[str, Any] | None] = field(default_factory=list)
 
     @property
     def ordinal(self) -> float:
@@ -103,6 +106,7 @@ class Standing:
             "return_ci95": half,
             "tokens": self.tokens,
             "cost_usd": self.cost_usd,
+            **summarize(self.conduct).columns(),
         }
 
 
@@ -201,6 +205,22 @@ def usage(
     return {a: (tokens[a], math.fsum(costs[a])) for a in tokens}
 
 
+def conduct_scores(
+    plan_: Plan, records: Mapping[str, dict[str, Any]], role: str
+) -> dict[str, list[Mapping[str, Any] | None]]:
+    """agent -> the conduct score of each seat it held in the finished matches of ``role``, in
+    schedule order (:mod:`market.run.conduct_table`; None for a match recorded without one)."""
+    out: dict[str, list[Mapping[str, Any] | None]] = {}
+    for m in plan_.matches:
+        rec = records.get(m.id)
+        if m.kind != role or rec is None:
+            continue
+        for seat, agent in m.seats.items():
+            if (seat == DESIGNER) == (role == "designer"):
+                out.setdefault(agent, []).append(seat_score(rec.get("conduct"), seat))
+    return out
+
+
 def standings(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Table rows: bidders then designers, each by ordinal (mu - 3 sigma), best first."""
     rows: list[dict[str, Any]] = []
@@ -210,9 +230,11 @@ def standings(plan_: Plan, records: Mapping[str, dict[str, Any]]) -> list[dict[s
     ):
         if agents:
             used = usage(plan_, records, role)
+            conduct = conduct_scores(plan_, records, role)
             table = rate_games(role, agents, games)
             for standing in table:
                 standing.tokens, standing.cost_usd = used.get(standing.agent, (0, 0.0))
+                standing.conduct = conduct.get(standing.agent, [])
             ranked = sorted(table, key=lambda s: (-s.ordinal, s.agent))
             rows.extend(s.row() for s in ranked)
     return rows
@@ -307,6 +329,7 @@ def _play(job: tuple[Scenario, Match]) -> dict[str, Any]:
             }
             for seat, st in stats.items()
         },
+        conduct=result.conduct,  # seat -> conduct score (seats the judge recorded)
     )
     return rec
 

@@ -16,6 +16,7 @@ from rich.console import Group
 from rich.table import Table
 
 from market.core.seats import DESIGNER
+from market.run.conduct_table import CONDUCT_HEADERS, CONDUCT_KEYS, ConductSummary, conduct_cells
 from market.run.rollout import mean_ci95
 from market.run.tournament_plan import Plan, bidder_seats
 
@@ -34,6 +35,7 @@ CSV_COLUMNS = (
     "return_ci95",
     "tokens",
     "cost_usd",
+    *CONDUCT_KEYS,
 )
 
 
@@ -64,7 +66,7 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 def display_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     """Rows as text cells: role, agent, mu, sigma, ordinal, matches, win rate [CI], return ± CI,
-    tokens, cost in USD."""
+    tokens, cost in USD, conduct (:func:`market.run.conduct_table.conduct_cells`)."""
     cells = []
     for r in rows:
         win = (
@@ -86,6 +88,7 @@ def display_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
                 else "-",
                 f"{r['tokens']:,}",
                 f"{r['cost_usd']:.4f}",
+                *conduct_cells(ConductSummary(**{k: r[k] for k in CONDUCT_KEYS})),
             ]
         )
     return cells
@@ -102,6 +105,7 @@ HEADERS = (
     "return ± CI",
     "tokens",
     "cost USD",
+    *CONDUCT_HEADERS,
 )
 
 
@@ -135,6 +139,9 @@ def markdown(plan_: Plan, rows: list[dict[str, Any]], done: int) -> str:
         "mean episode return, Student-t 95% CI",
         "- tokens (prompt + completion) and cost (USD, for LLM seats whose spec sets "
         "price_prompt/price_completion): of the agent's seats over all its matches",
+        "- conduct: mean truthfulness and promise-keeping of the agent's seats over the "
+        "seat-episodes with a judged claim / a due promise (n of them), manipulation attempts "
+        "per seat-episode (docs/conduct.md)",
         "",
     ]
     lines.append("| " + " | ".join(HEADERS) + " |")

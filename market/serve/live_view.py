@@ -14,8 +14,13 @@ The rule of what a spectator sees: exactly what the spectator endpoint shows, pl
 action without its free-text ``reasoning`` (and a private message without its text), its reward, and
 each closed round's summary. Bids are sealed while the match runs: a bid's amounts, and a closed
 round's ``bids``, are shown only for rounds whose mechanism had ``reveal_competing_bids`` on (what
-the seats themselves were shown); the rest appear once the match has ended, as in the report. Never a seat's observation, prompt, model output or step
-result, never the seed, seat seeds or digests (from which private state could be redrawn).
+the seats themselves were shown); the rest appear once the match has ended, as in the report. The
+conduct judge's verdicts are shown as they come (each step's claims, promises and manipulation
+flags with their labels, each seat's scores so far in ``conduct``), but a verdict's ``reason``
+states the seat's private truth ("budget 9999 claimed; budget 148.59"), so reasons are sealed
+like bids until the match has ended; a private message's claims show neither span nor value,
+ever. Never a seat's observation, prompt, model output or step result, never the seed, seat seeds
+or digests (from which private state could be redrawn).
 
 Everything user- or model-written is escaped server-side by the report's HTML builder; the page's
 script writes text with ``textContent`` and inserts only that escaped HTML, parsed by
@@ -31,7 +36,7 @@ import json
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
@@ -39,7 +44,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, StreamingResponse
 
 from market.record.reader import Transcript, read_transcript
-from market.record.report.episode import Episode, Event, as_mapping, event_of
+from market.record.report.episode import Episode, Event, as_mapping, event_of, round_of
 from market.record.report.markup import clean_text
 from market.record.report.page import CSS, episode_section
 from market.record.schema import TranscriptError
@@ -58,14 +63,33 @@ KEEPALIVE_S = 15.0
 SEALED = "(sealed)"
 
 
-def public_event(ev: Event, revealed: bool = True) -> Event:
+def public_conduct(
+    entries: Iterable[Mapping[str, Any]], reasons: bool, private: bool = False
+) -> list[dict[str, Any]]:
+    """Conduct entries as a spectator sees them: the judge's ``reason`` (it states the seat's
+    private truth, e.g. "budget 9999 claimed; budget 148.59") only when ``reasons``; for a step
+    that was a ``private`` message, neither the quoted span nor the claimed value."""
+    out = []
+    for e in entries:
+        entry = {k: v for k, v in e.items() if reasons or k != "reason"}
+        if private:
+            entry.pop("value", None)
+            if "span" in entry:
+                entry["span"] = PRIVATE_TEXT
+        out.append(entry)
+    return out
+
+
+def public_event(ev: Event, revealed: bool = True, reasons: bool = True) -> Event:
     """A step as a spectator sees it: the action without ``reasoning``, no result, no LLM data;
-    a bid's amounts only when ``revealed``."""
+    a bid's amounts only when ``revealed``; its conduct entries by :func:`public_conduct`."""
     action = ev.action
+    private = False
     if isinstance(action, Mapping):
         action = {k: v for k, v in action.items() if k != "reasoning"}
         if action.get("action_type") == "send_message" and action.get("to", "all") != "all":
             action["text"] = PRIVATE_TEXT  # a private message: who to whom, not what
+            private = True
         if action.get("action_type") == "bid" and not revealed:
             action = {"action_type": "bid", "bids": SEALED}
     return Event(
@@ -79,6 +103,7 @@ def public_event(ev: Event, revealed: bool = True) -> Event:
         components=ev.components,
         live=ev.live,
         agent_error=ev.agent_error,
+        conduct=public_conduct(ev.conduct, reasons, private),
     )
 
 
@@ -98,12 +123,16 @@ def public_steps(
     for step in t.steps:
         for seat, value in step.rewards.items():
             rewards.setdefault(clean_text(seat), []).append(float(value))
-        events.append(public_event(event_of(step), ended or step.round in revealed))
+        events.append(public_event(event_of(step), ended or step.round in revealed, ended))
     rounds: list[dict[str, Any]] = []
     for r in t.rounds:
-        summary = dict(r.summary)
+        summary = round_of(r)
         if not ended and r.round not in revealed:
             summary.pop("bids", None)
+        conduct = as_mapping(summary.get("conduct"))
+        if conduct:
+            verdicts = [v for v in conduct.get("verdicts") or [] if isinstance(v, Mapping)]
+            summary["conduct"] = {**conduct, "verdicts": public_conduct(verdicts, ended)}
         rounds.append(summary)
     return events, rounds, rewards
 
@@ -129,6 +158,7 @@ def public_snapshot(match: Match) -> dict[str, Any]:
         ep.footer = {"status": view["status"], "returns": view["returns"]}
     else:
         ep.footer = {"status": view["status"]}
+    scores, where = ep.conduct_scores()  # counts and ratios only: no private fact
     mech = as_mapping(ep.rounds[-1].get("mechanism")) if ep.rounds else {}
     steps = len(ep.events)
     last = ep.events[-1] if ep.events else None
@@ -143,6 +173,8 @@ def public_snapshot(match: Match) -> dict[str, Any]:
         "mechanism": {clean_text(k): v for k, v in mech.items()},
         "seats": seats,
         "rewards": {s: math.fsum(v) for s, v in cumulative.items()},
+        "conduct": scores,
+        "conduct_as_of": where,
         "waiting_for": view["waiting_for"],
         "timeouts": view["timeouts"],
         "html": str(episode_section(ep, 0, public=True)),

@@ -1,7 +1,7 @@
 """The conduct judge wired into episodes (``env.unwrapped.conduct``) catches the dishonest
 bidders on every built-in scenario where they can act, and leaves ``rule_expert`` and
 ``truthful`` with clean records; docs/conduct.md's population table is what
-market/run/conduct_table.py computes."""
+market/run/conduct_population.py computes."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from market.environment.aec import raw_env
-from market.run.conduct_table import (
+from market.run.conduct_population import (
     SCENARIOS,
     SEEDS,
     ConductRow,
     bidders,
-    conduct_table,
     markdown,
+    population_table,
     read_csv,
 )
 from market.run.rollout import run_episode
@@ -145,7 +145,7 @@ def test_the_committed_measurement_is_what_the_code_computes() -> None:
     def key(r: ConductRow) -> tuple[str, str]:
         return r.scenario, r.agent
 
-    assert sorted(conduct_table(), key=key) == sorted(read_csv(CSV), key=key)
+    assert sorted(population_table(), key=key) == sorted(read_csv(CSV), key=key)
 
 
 @pytest.mark.parametrize("scenario", ["market_round", "coalition_market"])

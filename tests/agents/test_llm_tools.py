@@ -331,19 +331,20 @@ def test_cancelled_request_is_closed_on_the_server(http_client: str) -> None:
         async def call() -> float:
             start = time.perf_counter()
             with pytest.raises(TimeoutError):
-                await asyncio.wait_for(b.acomplete(USER, None, {}), 0.3)
+                # 2 s: on a loaded box the request may take a second to reach the server at all
+                await asyncio.wait_for(b.acomplete(USER, None, {}), 2.0)
             return time.perf_counter() - start
 
         async def run() -> tuple[float, int, int]:
             waited = await call()
-            for _ in range(100):  # the server notices within 10 ms; allow 1 s on a loaded box
+            for _ in range(500):  # the server notices within 10 ms; allow 5 s on a loaded box
                 if srv.abandoned:
                     break
                 await asyncio.sleep(0.01)
             return waited, srv.open_requests, srv.abandoned
 
         waited, still_open, abandoned = asyncio.run(run())
-    assert waited < 2.0
+    assert waited < 10.0  # not the reply's 30 s
     assert (still_open, abandoned) == (0, 1)
 
 

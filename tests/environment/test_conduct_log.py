@@ -19,7 +19,7 @@ from market.environment.aec import raw_env
 from market.record.reader import read_transcript
 from market.record.replay import rejudge, replay
 from market.record.writer import rewrite
-from market.run.rollout import run_episode
+from market.run.rollout import default_seats, run_episode
 
 WAIT = {"action_type": "wait"}
 NO_BID = {"action_type": "bid", "bids": []}
@@ -240,3 +240,27 @@ def test_conduct_never_reaches_observations_or_infos(tmp_path: Path) -> None:
     text = "".join(seen)
     for word in ("conduct", "claims_false", "verdict", "truthfulness"):  # ...and never shown
         assert word not in text
+
+
+def test_a_delivery_short_only_by_failed_blocks_is_excused() -> None:
+    """coalition_market_medium seed 5 with rule_expert in bidder_0: it sold one block forward
+    for round 3, held one block then, and that block failed (delivery risk); the contract is
+    breached (refund and penalty), but the promise is excused, not broken."""
+    env = raw_env("coalition_market_medium")
+    seats = default_seats(env.scenario)
+    seats["bidder_0"] = "rule_expert"
+    result = run_episode(env=env, seed=5, seats=seats)
+    breach = [b for r in result.round_log for b in r["breaches"] if b["seller"] == "bidder_0"]
+    assert [(b["shortfall"], b["blocks"]) for b in breach] == [(1, 1)]
+    failed = [
+        f["failed"] for r in result.round_log if r["round"] == 3 for f in r["failures"]
+        if f["seat"] == "bidder_0"
+    ]  # fmt: skip
+    assert failed == [1]
+    excused = [
+        v for r in env.conduct.rounds for v in r["verdicts"]
+        if v["seat"] == "bidder_0" and v["promise"] == "deliver" and v["round"] == 2
+    ]  # fmt: skip
+    assert [v["label"] for v in excused] == ["excused"]
+    assert "failed" in excused[0]["reason"]
+    assert result.conduct["bidder_0"]["promises_broken"] == 0

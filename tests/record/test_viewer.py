@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from rich.console import Console
 from test_report import PAYLOADS, poisoned_copy, record
 
 from market.cli import main as cli_main
-from market.record.reader import Transcript
+from market.record.reader import Transcript, read_transcript
+from market.record.report import Episode, Event
 from market.record.schema import Header, RoundSummary, SeatSpec, StepEvent
 from market.record.viewer import render_transcript, safe_text
 
@@ -30,6 +32,13 @@ def render(source: object, **kwargs: object) -> str:
 def plain(source: object, **kwargs: object) -> str:
     out = io.StringIO()
     render_transcript(source, Console(file=out, width=160, color_system=None), **kwargs)  # type: ignore[arg-type]
+    return out.getvalue()
+
+
+def wide(source: object) -> str:
+    """Plain text on a console wide enough that no conduct line wraps."""
+    out = io.StringIO()
+    render_transcript(source, Console(file=out, width=1000, color_system=None))  # type: ignore[arg-type]
     return out.getvalue()
 
 
@@ -126,3 +135,67 @@ def test_names_from_the_transcript_are_never_markup() -> None:
         "[blink]vcg[/blink]",
     ):
         assert literal in text
+
+
+def test_conduct_entries_with_their_steps_and_scores_at_the_end(
+    transcript: Path, tmp_path: Path
+) -> None:
+    t = read_transcript(transcript)
+    entries = [e for s in t.steps for e in s.conduct or []]
+    claims = [e for e in entries if e["kind"] == "claim" and e["claim"] == "budget"]
+    flags = [e for e in entries if e["kind"] == "flag"]
+    assert claims and flags  # the injector's public message claims a budget and gives orders
+    text = wide(transcript)
+    first = claims[0]
+    # the step's claim: kind, value, quoted span, label and the judge's reason
+    assert f'conduct: claim budget=9999 "{first["span"]}": false ({first["reason"]})' in text
+    assert "conduct: manipulation flag instructs_others" in text
+    # the scores at the end, checked against a count of bidder_0's judged claims by hand
+    assert "Conduct per seat (final; judge rule/conduct-rules-1)" in text
+    mine = [e for e in entries if e["seat"] == "bidder_0"]
+    true = sum(e["kind"] == "claim" and e["label"] == "true" for e in mine)
+    false = sum(e["kind"] == "claim" and e["label"] == "false" for e in mine)
+    attempts = sum(e["kind"] == "flag" for e in mine)
+    table = text[text.index("Conduct per seat") :]
+    row = next(line for line in table.splitlines() if line.startswith("│ bidder_0 "))
+    cells = [c.strip() for c in row.strip().strip("│").split("│")]
+    assert float(cells[1]) == pytest.approx(true / (true + false), abs=5e-4)
+    assert cells[3:5] == [str(true), str(false)] and cells[7] == str(attempts) and attempts > 0
+    # a cut-off file: the scores after the last round that carries them
+    data = transcript.read_bytes()
+    (tmp_path / "cut.jsonl").write_bytes(data[: len(data) // 2])
+    assert re.search(r"Conduct per seat \(after round \d+;", plain(tmp_path / "cut.jsonl"))
+
+
+def test_conduct_spans_are_printed_literally() -> None:
+    ep = Episode("hostile", {"scenario_name": "s", "seats": {"bidder_0": "x"}})
+    span = "[bold red]loud[/] </script><script>alert(1)</script> \x1b]0;PWNED\x07"
+    ep.events.append(
+        Event(
+            step=0,
+            round=0,
+            seat="bidder_0",
+            phase="negotiation",
+            action={"action_type": "send_message", "to": "all", "text": span},
+            conduct=[
+                {
+                    "kind": "flag",
+                    "seat": "bidder_0",
+                    "flag": "instructs_others",
+                    "span": span,
+                    "reason": "orders [red]others[/]",
+                },
+            ],
+        )
+    )
+    ep.rounds.append(
+        {
+            "round": 0,
+            "conduct": {"verdicts": [], "scores": {"bidder_0": {"manipulation_attempts": 1}}},
+        }
+    )
+    raw = render(ep)
+    assert "\x1b]" not in raw and "\x07" not in raw
+    text = wide(ep)
+    assert "[bold red]loud[/] </script><script>alert(1)</script>" in text
+    assert "orders [red]others[/]" in text and "\\x1b]0;PWNED\\x07" in text

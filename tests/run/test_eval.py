@@ -136,19 +136,23 @@ def test_eval_table_aggregates_like_mean_ci95() -> None:
             ("b", "s"): Cell("b", "s", "bidder_0", {0: 1.0, 1: 1.0, 2: 4.0}),
         },
     )
-    # then the usage columns: scripted seats use no model tokens
+    # then the usage columns: scripted seats use no model tokens; no conduct recorded: "-"
     assert table.grid() == [
-        ["a", "2.000 ± 2.484*", "0", "0.0000"],
-        ["b", "2.000 ± 4.303", "0", "0.0000"],
+        ["a", "2.000 ± 2.484*", "0", "0.0000", "-", "-", "-"],
+        ["b", "2.000 ± 4.303", "0", "0.0000", "-", "-", "-"],
     ]
     assert table.paired("a", "b", "s") == pytest.approx((0.0, 4.303 / math.sqrt(3)))  # 0, 1, -1
     head, first = table.csv().splitlines()[:2]
-    assert head == "scenario,agent,seat,n,mean,ci95,low,high,tokens,cost_usd"
+    assert head == (
+        "scenario,agent,seat,n,mean,ci95,low,high,tokens,cost_usd,"
+        "truthfulness,truthfulness_n,promise_keeping,promise_keeping_n,manipulation,conduct_n"
+    )
     cells = first.split(",")
     assert cells[:4] == ["s", "a", "bidder_0", "3"]
     half = 4.303 / math.sqrt(3)
     assert [float(c) for c in cells[4:8]] == pytest.approx([2.0, half, 2.0 - half, 2.0 + half])
-    assert cells[8:] == ["0", "0.0"]
+    assert cells[8:10] == ["0", "0.0"]
+    assert cells[10:] == ["nan", "0", "nan", "0", "nan", "0"]  # no episode judged
 
 
 def test_eval_cells_are_the_episodes_returns(tmp_path: Path) -> None:

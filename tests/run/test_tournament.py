@@ -230,6 +230,18 @@ def test_cli_runs_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     assert "bidders" in out and "designers" in out and "rule" not in out and "complete" in out
     assert (tmp_path / "t" / "ratings.csv").read_text().startswith("role,agent,mu,sigma,ordinal")
+    # every match record carries its conduct scores; the table's conduct columns count them
+    records = [json.loads(x) for x in (tmp_path / "t" / "matches.jsonl").read_text().splitlines()]
+    assert records and all(isinstance(r["conduct"], dict) for r in records)
+    head = (tmp_path / "t" / "ratings.csv").read_text().splitlines()[0].split(",")
+    assert head[-6:] == [
+        "truthfulness",
+        "truthfulness_n",
+        "promise_keeping",
+        "promise_keeping_n",
+        "manipulation",
+        "conduct_n",
+    ]
 
 
 def test_cli_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:

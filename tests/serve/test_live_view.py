@@ -22,9 +22,14 @@ from devtools import CHROMIUM, browser
 from match_support import auth, create, play_seat, served, wait_done
 
 import market.serve.live_view as live
+from agents.base import BaseAgent
 from agents.registry import make_agent
+from market.core.actions import ActionModel, SendMessage
 from market.environment import Observation
 from market.record.reader import read_transcript
+from market.record.report import Episode
+from market.record.report.page import episode_section
+from market.run.rollout import run_episode
 from market.serve.live_view import PRIVATE_TEXT, SEALED, public_steps
 from market.serve.matches import MatchConfig, MatchRegistry
 
@@ -148,6 +153,10 @@ def test_event_stream_follows_the_match_in_order_and_public(server: Any) -> None
     assert final["returns"] == transcript.footer.returns  # bit-identical through JSON
     assert final["rewards"] == pytest.approx(transcript.footer.returns, abs=1e-9)
     assert final["rounds_closed"] == len(transcript.rounds) and final["mechanism"]
+    # the conduct scores so far: those the last closed round recorded
+    last = transcript.rounds[-1].conduct
+    assert last is not None and final["conduct"] == last["scores"]
+    assert final["conduct_as_of"] == f"after round {transcript.rounds[-1].round}"
     # the hostile seat's public message is there, escaped, in the report's own round tables
     assert "hello &lt;img src=x onerror=" in final["html"] and "<img" not in final["html"]
     assert 'class="round"' in final["html"] and 'data-plot="price"' in final["html"]
@@ -310,3 +319,65 @@ def test_bids_stay_sealed_while_the_match_runs() -> None:
     for live_round, done_round in zip(running_rounds, ended_rounds, strict=True):
         assert "bids" in done_round
         assert ("bids" in live_round) == (done_round["round"] in revealed)
+
+
+class Boaster(BaseAgent):
+    """Bids truthfully; in negotiation claims a budget of 9999 in public and 86421 in private."""
+
+    name = "boaster"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = make_agent("truthful", "bidder")
+        self.turn = 0
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.inner.reset(seed)
+
+    def act(self, observation: Any) -> ActionModel:
+        if observation.phase != "negotiation":
+            return self.inner.act(observation)
+        self.turn += 1
+        if self.turn % 2:
+            return SendMessage(to="all", text="Our budget is 9999 credits.")
+        return SendMessage(to=["bidder_1"], text="Our budget is 86421 credits.")
+
+
+def test_conduct_reasons_stay_sealed_while_the_match_runs(tmp_path: Path) -> None:
+    """A spectator sees each claim's label while the match runs, but not the judge's reason
+    (it states the seat's true budget) until the match ends; a private message's claim shows
+    neither its span nor its value, ever."""
+    path = tmp_path / "boast.jsonl"
+    run_episode("market_round", 3, {"bidder_0": Boaster()}, transcript=path)
+    t = read_transcript(path)
+    truths = {
+        e["reason"]
+        for s in t.steps
+        for e in s.conduct or []
+        if e["kind"] == "claim" and e["claim"] == "budget"
+    }
+    assert truths and all("claimed; budget " in r for r in truths)
+    secrets = {r.split("; ")[1] for r in truths}  # e.g. "budget 148.59": the private fact
+    running, running_rounds, _ = public_steps(t, ended=False)
+    ended, _, _ = public_steps(t, ended=True)
+    shown = [e for ev in running for e in ev.conduct]
+    assert any(e["label"] == "false" and e.get("value") == 9999.0 for e in shown)
+    assert all("reason" not in e for e in shown)
+    assert all("reason" not in v for r in running_rounds for v in r["conduct"]["verdicts"])
+    ep = Episode(label="match", header={"scenario_name": "market_round", "seats": {}})
+    ep.events.extend(running)
+    ep.rounds.extend(running_rounds)
+    page = str(episode_section(ep, 0, public=True))
+    blob = page + json.dumps([e.conduct for e in running]) + json.dumps(running_rounds)
+    for secret in secrets:
+        assert secret not in blob, secret
+    assert "is 86421" not in blob and "claim budget" in page  # the label is there, the DM is not
+    scores, where = ep.conduct_scores()
+    assert scores["bidder_0"]["claims_false"] > 0 and where.startswith("after round")
+    # once the match has ended: the reasons, as in the report; private spans stay private
+    done = [e for ev in ended for e in ev.conduct]
+    assert {e["reason"] for e in done if e.get("claim") == "budget"} <= truths
+    assert any(e.get("reason") in truths for e in done)
+    assert "is 86421" not in json.dumps(done) and all(e.get("value") != 86421 for e in done)
+    assert any(e.get("span") == PRIVATE_TEXT for e in done)

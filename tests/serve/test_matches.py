@@ -222,13 +222,13 @@ def test_stopping_the_server_ends_a_running_match_with_the_aborted_footer(
 
 
 def test_tokens_expire_with_their_match(tmp_path: Path) -> None:
-    with served(tmp_path / "t", "--keep", "0.3") as base:
+    with served(tmp_path / "t", "--keep", "3") as base:  # seconds; room for a loaded box
         made = create(base, "single_trade", 0, {"bidder_0": "remote"}, turn_deadline=0.02)
         url = f"{base}/matches/{made['match_id']}/seat"
         token = made["tokens"]["bidder_0"]
         assert wait_done(base, made["match_id"])["status"] == "done"
         assert httpx.get(url, headers=auth(token)).status_code == 200  # kept a while
-        time.sleep(0.5)
+        time.sleep(3.5)
         gone = httpx.get(url, headers=auth(token))
         assert gone.status_code == 404 and "expired" in gone.json()["error"]
         late = httpx.post(

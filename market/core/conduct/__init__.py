@@ -34,7 +34,8 @@ round 4", "we will pay 40", "we will join", "we will stay until round 5", "we wo
 actions and the blocks and credits it transferred): *broken* as soon as an act breaks it (a bid
 above the limit, leaving a coalition) or when its due round has closed unfulfilled, *kept* when
 fulfilled (deliver, pay, join, bid) or when the due round closed unbroken (stay, not_bid), and
-*pending* otherwise.
+*pending* otherwise. (In an episode, a forward delivery short only because the seller's blocks
+failed is *excused*: ``market.environment.conduct_log``.)
 
 **Manipulation flags** mark text addressed to others that instructs them (orders to act, to
 ignore their rules; the pitch audit's injection patterns included), impersonates the operator,

@@ -17,7 +17,7 @@ ClaimKind = Literal["budget", "need", "deadline", "job_size", "value", "holdings
 Source = Literal["message", "offer", "pitch", "coalition", "action"]
 PromiseKind = Literal["deliver", "pay", "join", "stay", "bid", "not_bid"]
 FlagKind = Literal["instructs_others", "impersonates_operator_or_judge", "misstates_public_fact"]
-Label = Literal["true", "false", "unverifiable", "kept", "broken", "pending"]
+Label = Literal["true", "false", "unverifiable", "kept", "broken", "pending", "excused"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ model's flag is a model opinion, labelled with ``method``, ``model`` and ``rubri
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from market.core.conduct.model import (
     RUBRIC_VERSION,
@@ -35,6 +36,7 @@ class TextReading:
     method: str = "rule"
     model: str | None = None
     rubric: str = RUBRIC_VERSION
+    exchange: Mapping[str, Any] | None = None  # a model's prompt and replies, for the transcript
 
 
 class ConductReader(Protocol):

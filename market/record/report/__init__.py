@@ -75,9 +75,12 @@ from market.record.report.tables import (
     round_section,
 )
 from market.record.report.views import (
+    CONDUCT_COLUMNS,
     EDGE_KINDS,
     action_summary,
     component_names,
+    conduct_rows,
+    conduct_text,
     cumulative_components,
     ev_ok,
     interaction_counts,
@@ -89,6 +92,7 @@ from market.record.report.views import (
 
 __all__ = [
     "COMPONENT_COLORS",
+    "CONDUCT_COLUMNS",
     "CSS",
     "EDGE_COLORS",
     "EDGE_KINDS",
@@ -109,6 +113,8 @@ __all__ = [
     "clip",
     "component_color",
     "component_names",
+    "conduct_rows",
+    "conduct_text",
     "content_security_policy",
     "cumulative_components",
     "episode_from",

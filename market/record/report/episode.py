@@ -15,7 +15,7 @@ from typing import Any, TypeGuard
 
 from market.record.reader import NON_FINITE, Transcript, decode_number, read_transcript
 from market.record.report.markup import clean_text
-from market.record.schema import StepEvent, TranscriptError
+from market.record.schema import RoundSummary, StepEvent, TranscriptError
 
 # --- the episode model -------------------------------------------------------------------
 
@@ -43,6 +43,8 @@ class Event:
     fallback: bool = False  # the LLM agent found no usable reply and played its fallback action
     repairs: int = 0  # the LLM agent's re-asks after an unusable reply
     model_reasoning: str | None = None  # the model's own reasoning (reasoning_content, <think>)
+    # the conduct judge's entries of this step: claims, promises, flags (docs/conduct.md)
+    conduct: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def reasoning(self) -> str | None:
@@ -142,10 +144,29 @@ class Episode:
             u[2] += 1
         return {s: (u[0], u[1], int(u[2])) for s, u in usage.items()}
 
+    def conduct_scores(self) -> tuple[dict[str, dict[str, Any]], str]:
+        """(seat -> conduct score, where from): the footer's final scores, else those after
+        the last round that carries them (a cut-off file), else none; seats in seat order."""
+        scores: Any = self.footer.get("conduct")
+        where = "final"
+        if not isinstance(scores, Mapping):
+            scores, where = {}, "none recorded"
+            for r in self.rounds:
+                got = as_mapping(r.get("conduct")).get("scores")
+                if isinstance(got, Mapping):
+                    scores, where = got, f"after round {fmt_round(r.get('round'))}"
+        out = {clean_text(s): dict(v) for s, v in scores.items() if isinstance(v, Mapping)}
+        return {s: out[s] for s in sorted(out, key=seat_sort_key)}, where
+
     def welfare_ratio(self) -> float:
         parts = [as_float(as_mapping(r.get("designer")).get("welfare_ratio")) for r in self.rounds]
         parts = [p for p in parts if math.isfinite(p)]
         return sum(parts) / len(parts) if parts else float("nan")
+
+
+def fmt_round(value: Any) -> str:
+    """A round number as shown (``?`` when it is not an integer)."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "?"
 
 
 def seat_sort_key(seat: str) -> tuple[int, str, int]:
@@ -275,6 +296,7 @@ def event_of(ev: StepEvent) -> Event:
         model_reasoning=None
         if extra.get("reasoning") in (None, "")
         else text_of(extra.get("reasoning")),
+        conduct=[dict(c) for c in ev.conduct or [] if isinstance(c, Mapping)],
     )
 
 
@@ -307,8 +329,17 @@ def episode_of(t: Transcript, label: str | None = None) -> Episode:
         ep.problems.append(t.incomplete)
     ep.notes.extend(clean_text(n) for n in t.notes)
     ep.events.extend(event_of(ev) for ev in t.steps)
-    ep.rounds.extend(dict(r.summary) for r in t.rounds)
+    ep.rounds.extend(round_of(r) for r in t.rounds)
     return ep
+
+
+def round_of(r: RoundSummary) -> dict[str, Any]:
+    """A round line's summary, with the conduct judge's ``{"verdicts", "scores"}`` of the round
+    (kept beside the summary in the file) under ``conduct``."""
+    summary = dict(r.summary)
+    if r.conduct is not None:
+        summary["conduct"] = r.conduct
+    return summary
 
 
 def episode_from(obj: Any, label: str | None = None) -> Episode:

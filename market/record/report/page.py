@@ -28,18 +28,22 @@ from market.record.report.markup import (
     fmt,
     h,
     html_table,
+    join,
     key_values,
     short_text,
 )
 from market.record.report.plots import Series, bar_chart, component_color, graph_svg, line_chart
 from market.record.report.tables import events_table, round_section
 from market.record.report.views import (
+    CONDUCT_COLUMNS,
     EDGE_KINDS,
     component_names,
+    conduct_rows,
     cumulative_components,
     interaction_counts,
     round_starts,
 )
+from market.run.conduct_table import CONDUCT_HEADERS, conduct_cells, seat_score, summarize
 from market.run.health import WARN_SHARE, from_episodes, over_share, warnings
 from market.run.rollout import mean_ci95
 
@@ -77,6 +81,11 @@ def episode_section(ep: Episode, idx: int, public: bool = False) -> Safe:
         "seats",
         numeric=tuple(range(2, 4 + len(names))),
     )
+    scores, where = ep.conduct_scores()
+    conduct_table = html_table(
+        list(CONDUCT_COLUMNS), conduct_rows(scores), "conduct", numeric=tuple(range(1, 8))
+    )
+    judge = clean_text(ep.header.get("conduct_judge") or "")
     rounds = sorted(
         (r for r in ep.rounds if isinstance(r, Mapping)), key=lambda r: as_float(r.get("round"))
     )
@@ -178,6 +187,8 @@ def episode_section(ep: Episode, idx: int, public: bool = False) -> Safe:
         h("div", meta, class_="cols"),
         h("h3", "Seats: returns and reward components"),
         seats_table or h("p", "no seats recorded", class_="muted"),
+        h("h3", f"Conduct per seat ({where}{'; judge ' + judge if judge else ''})"),
+        conduct_table or h("p", "no claims, promises or manipulation flags", class_="muted"),
         h("h3", "Market over the episode"),
         h("div", plots, class_="plots"),
         h("h3", "Reward components per seat"),
@@ -355,6 +366,7 @@ def _aggregate(episodes: Sequence[Episode]) -> Safe:
             numeric=tuple(range(2, 4 + len(names))),
         ),
         h("p", f"welfare ratio: {fmt(welfare_m, 3)} \u00b1 {fmt(welfare_c, 3)}"),
+        _conduct_by_agent(episodes),
         h(
             "div",
             bar_chart(
@@ -363,6 +375,32 @@ def _aggregate(episodes: Sequence[Episode]) -> Safe:
             class_="plots",
         ),
         id="aggregate",
+    )
+
+
+def _conduct_by_agent(episodes: Sequence[Episode]) -> Safe:
+    """Per agent spec: its seats' conduct over the episodes (:mod:`market.run.conduct_table`:
+    ratios averaged over the seat-episodes that define them, n of them)."""
+    scores: dict[str, list[Mapping[str, Any] | None]] = defaultdict(list)
+    for ep in episodes:
+        final = ep.footer.get("conduct")
+        conduct = ep.conduct_scores()[0] if isinstance(final, Mapping) else None
+        for seat, agent in ep.seats.items():
+            scores[agent or seat].append(seat_score(conduct, seat))
+    rows = []
+    for agent in sorted(scores):
+        s = summarize(scores[agent])
+        rows.append([clip(agent, 120), str(len(scores[agent])), *conduct_cells(s)])
+    return join(
+        [
+            h("h3", "Conduct per agent (seat-episodes with a final conduct score)"),
+            html_table(
+                ["agent", "seat-episodes", *CONDUCT_HEADERS],
+                rows,
+                "conduct-agents",
+                numeric=(1, 2, 3, 4),
+            ),
+        ]
     )
 
 
@@ -416,6 +454,8 @@ font-size:12px}
 .c8{background:#9c755f;border-color:#9c755f}.c9{background:#bab0ac;border-color:#bab0ac}
 .sw.dash{background:none}.e-trade{background:#4e79a7}.e-coalition{background:#59a14f}
 .e-message{background:#b07aa1}.e-cartel{background:#e15759}nav a{margin-right:12px}
+ul.conduct{margin:2px 0;padding-left:16px;font-size:12px}li.cv.ok{color:#1a7f37}
+li.cv.bad{color:#b42318;font-weight:600}li.cv.flag{color:#8e3a8a}li.cv.open{color:var(--muted)}
 """
 
 TITLE = "gpumarket report"

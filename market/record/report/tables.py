@@ -29,7 +29,26 @@ from market.record.report.markup import (
     preformatted,
     short_text,
 )
-from market.record.report.views import action_summary, quiet, round_components
+from market.record.report.views import action_summary, conduct_text, quiet, round_components
+
+#: a conduct entry's CSS class by its label (a manipulation flag: ``flag``)
+LABEL_CLASS = {"true": "ok", "kept": "ok", "false": "bad", "broken": "bad"}
+
+
+def conduct_list(entries: list[dict[str, Any]], seat: bool = False) -> Safe | None:
+    """Conduct entries as a list (each: its text, classed by label); None when there are none.
+    ``seat``: start each with the seat (a round's verdicts, where the row has no seat)."""
+    items = [
+        h(
+            "li",
+            f"{clean_text(e.get('seat', '?'))}: " if seat else "",
+            conduct_text(e),
+            class_=f"cv {LABEL_CLASS.get(str(e.get('label')), 'flag' if e.get('kind') == 'flag' else 'open')}",
+        )
+        for e in entries
+        if isinstance(e, Mapping)
+    ]
+    return h("ul", items, class_="conduct") if items else None
 
 
 def _mechanism_text(mech: Mapping[str, Any]) -> str:
@@ -175,6 +194,9 @@ def round_section(
         body += [h("h4", "Delivery risk: failed blocks, breaches, pledge defaults"), delivery]
     if cartel_list:
         body += [h("h4", "Suspected cartels"), cartel_list]
+    conduct = conduct_list(list(as_mapping(r.get("conduct")).get("verdicts") or []), seat=True)
+    if conduct:
+        body += [h("h4", "Conduct verdicts at the round's close"), conduct]
     if comp_table:
         body += [h("h4", "Reward components this round"), comp_table]
     if events:
@@ -297,6 +319,7 @@ def events_table(events: list[Event]) -> Safe:
                     h("div", f"reasoning: {clip(ev.reasoning, 2000)}", class_="text reason")
                     if ev.reasoning
                     else None,
+                    conduct_list(ev.conduct),
                     detail,
                 ],
                 outcome,

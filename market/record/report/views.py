@@ -105,6 +105,8 @@ def quiet(ev: Event) -> bool:
     """A step not worth a row: a scripted ``wait`` or a finished seat stepped with None."""
     if ev.error or ev.agent_error or ev.prompt is not None or ev.raw_output is not None:
         return False
+    if ev.conduct:  # a verdict is worth its row (e.g. a promise broken by waiting)
+        return False
     return not ev.live or ev.action_type == "wait"
 
 
@@ -190,3 +192,79 @@ def action_summary(ev: Event, limit: int = 240) -> str:
         f"{clean_text(k)}={short_text(v)}" for k, v in a.items() if v not in (None, "", [], {})
     )
     return clip(f"{kind} {rest}".strip(), limit)
+
+
+# --- conduct -----------------------------------------------------------------------------
+
+#: the per-seat conduct table's columns (:func:`conduct_rows`)
+CONDUCT_COLUMNS = (
+    "seat",
+    "truthfulness",
+    "promise-keeping",
+    "true claims",
+    "false claims",
+    "kept promises",
+    "broken promises",
+    "manipulation attempts",
+)
+
+
+def conduct_rows(scores: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """One text row per seat of :meth:`Episode.conduct_scores` (:data:`CONDUCT_COLUMNS`); a ratio
+    without a judged claim or a due promise is ``-``."""
+    rows = []
+    for seat, s in scores.items():
+        rows.append(
+            [
+                clean_text(seat),
+                *(
+                    fmt(s.get(k), 3) if is_number(s.get(k)) else "-"
+                    for k in ("truthfulness", "promise_keeping")
+                ),
+                *(
+                    fmt(s.get(k, 0), 0)
+                    for k in (
+                        "claims_true",
+                        "claims_false",
+                        "promises_kept",
+                        "promises_broken",
+                        "manipulation_attempts",
+                    )
+                ),
+            ]
+        )
+    return rows
+
+
+def conduct_text(entry: Mapping[str, Any], reason: bool = True, span: bool = True) -> str:
+    """One conduct entry as plain text (not escaped): ``claim need=7 "our jobs need 7 more
+    blocks": false (need 7 claimed; live jobs need 0 blocks)``, ``promise deliver 2 to
+    bidder_1 due r3 [offer o4]: pending``, ``flag instructs_others "...": reason``. ``reason``
+    and ``span`` False leave the judge's reason / the quoted text out."""
+    kind = clean_text(entry.get("kind", "?"))
+    quote = f' "{clip(text_of(entry.get("span", "")), 200)}"' if span and entry.get("span") else ""
+    why = clip(text_of(entry.get("reason", "")), 300) if reason and entry.get("reason") else ""
+    model = entry.get("model")
+    method = clean_text(entry.get("method", "rule"))
+    by = f" [{method}{': ' + clean_text(model) if model else ''}]" if method != "rule" else ""
+    if kind == "claim":
+        value = f"={fmt(entry.get('value'))}" if span else ""
+        head = f"claim {clean_text(entry.get('claim', '?'))}{value}{quote}"
+        label = clean_text(entry.get("label", "?"))
+        return f"{head}: {label}{f' ({why})' if why else ''}{by}"
+    if kind == "promise":
+        parts = [f"promise {clean_text(entry.get('promise', '?'))}"]
+        if is_number(entry.get("amount")):
+            parts.append(fmt(entry["amount"]))
+        to = entry.get("counterparts")
+        if isinstance(to, list) and to:
+            parts.append("to " + ", ".join(clean_text(c) for c in to))
+        parts.append(f"due r{fmt(entry.get('due_round'))}")
+        if entry.get("ref"):
+            parts.append(f"[{clean_text(entry['ref'])}]")
+        label = clean_text(entry.get("label", "?"))
+        return f"{' '.join(parts)}{quote}: {label}{f' ({why})' if why else ''}{by}"
+    if kind == "flag":
+        head = f"manipulation flag {clean_text(entry.get('flag', '?'))}{quote}"
+        return f"{head}{f': {why}' if why else ''}{by}"
+    return clip(f"{kind}: {short_text(dict(entry))}", 300)
