@@ -27,7 +27,9 @@ from agents.population import (
     DropoutBidder,
     ExploiterBidder,
     GreedyHoarder,
+    LiarBidder,
     NoNegotiationBidder,
+    PromiseBreaker,
     RuleDesigner,
     RuleExpert,
     ShaderBidder,
@@ -70,6 +72,8 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
         DaedalusRobustDesigner,
         *ARCHETYPES,
         ShortSeller,
+        LiarBidder,
+        PromiseBreaker,
     )
 }
 # agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not

@@ -3,7 +3,8 @@
 DAEDALUS bidders: ``shader``, ``colluder``, ``dropout``, ``exploiter``. GPU-arena baselines:
 ``greedy_hoarder``, ``no_negotiation`` (``random_valid`` and ``always_accept`` live in
 :mod:`agents.scripted`). Experts: ``rule_expert`` (bidder) and ``rule_designer`` (designer). Delivery risk:
-``short_seller`` (sells forward blocks it does not own).
+``short_seller`` (sells forward blocks it does not own). Conduct: ``liar`` (misstates its needs) and
+``promise_breaker`` (breaks its promises).
 
 Ground rules shared by every class here:
 
@@ -18,7 +19,7 @@ Ground rules shared by every class here:
 
 The package's modules: :mod:`~agents.population.common` (shared bidding helpers),
 ``baselines`` (the simple strategic bidders), ``planning`` (the rule expert's valuation),
-``expert`` (``rule_expert``), ``delivery_risk`` (failure arithmetic and ``short_seller``) and
+``expert`` (``rule_expert``), ``dishonest`` (``liar``, ``promise_breaker``), ``delivery_risk`` (failure arithmetic and ``short_seller``) and
 ``designers`` (``rule_designer``); every public name is re-exported here.
 
 Spec parameters arrive as strings (``colluder?partners=bidder_1,bidder_2&adapt=false``); each
@@ -72,6 +73,7 @@ from agents.population.designers import (
     DaedalusRobustDesigner,
     RuleDesigner,
 )
+from agents.population.dishonest import LiarBidder, PromiseBreaker, live_jobs
 from agents.population.expert import (
     RuleExpert,
 )
@@ -98,6 +100,8 @@ POPULATION: tuple[type[BaseAgent], ...] = (
     RuleDesigner,
     *ARCHETYPES,
     ShortSeller,
+    LiarBidder,
+    PromiseBreaker,
 )
 
 __all__ = [
@@ -112,6 +116,9 @@ __all__ = [
     "ExploiterBidder",
     "GreedyHoarder",
     "JobPlan",
+    "LiarBidder",
+    "PromiseBreaker",
+    "live_jobs",
     "MarketMemory",
     "NoNegotiationBidder",
     "PATIENT_MARGIN",

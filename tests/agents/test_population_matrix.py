@@ -55,6 +55,8 @@ def test_population_is_every_scripted_bidder_but_the_expert() -> None:
         "deceptive",
         "retaliatory",
         "short_seller",
+        "liar",
+        "promise_breaker",
     } == set(members)
     assert bidder_scenarios() == builtin_names()  # every built-in scenario has bidder_0
     # the default matrix is every built-in but the DAEDALUS parity family (a designer benchmark

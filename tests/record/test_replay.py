@@ -227,7 +227,8 @@ def test_llm_seats_replay_from_recorded_outputs(
 def test_llm_judge_replays_its_recorded_verdicts(tmp_path: Path) -> None:
     """A transcript whose scenario names an LLM judge replays without calling any model."""
     path = tmp_path / "judge.jsonl"
-    run_episode("coalition_market", 1, mixed_seats("coalition_market", 1), transcript=path)
+    seats = {**mixed_seats("coalition_market", 1), "bidder_0": "spam_pitches"}  # a pitch to judge
+    run_episode("coalition_market", 1, seats, transcript=path)
     t = read_transcript(path)
     assert any(r.summary["judge"] for r in t.rounds)
 
