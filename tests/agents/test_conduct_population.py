@@ -76,26 +76,17 @@ def _broken(
     return score, broken
 
 
-def _blocks_can_fail(scenario: str) -> bool:
-    d = load_scenario(scenario).delivery
-    return d.owned_failure_rate > 0 or d.outage_exposure > 0 or d.reliability_exposure > 0
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", builtin_names())
 @pytest.mark.parametrize("agent", ["rule_expert", "truthful"])
 def test_the_honest_agents_have_clean_records(scenario: str, agent: str) -> None:
-    """No false claim, no manipulation, no broken promise, with one exception the judge is right
-    to record: where owned blocks can fail (delivery risk), a forward sale the rule expert made
-    with 95 % confidence can fall short when its blocks fail (coalition_market_hard, seed 0:
-    1 block sold for round 7, held, failed at the round's close, cover not won)."""
+    """No false claim, no manipulation, no broken promise. (Where owned blocks can fail, a
+    forward sale the rule expert made can fall short when its blocks fail, e.g.
+    coalition_market_hard seed 0; the judge excuses that: see test_conduct_log.)"""
     score, broken = _broken(scenario, agent)
     assert score.get("claims_false", 0) == 0, score
     assert score.get("manipulation_attempts", 0) == 0, score
-    for e in broken:
-        assert agent == "rule_expert" and _blocks_can_fail(scenario), e
-        assert (e["source"], e["promise"], e["ref"][0]) == ("action", "deliver", "o"), e
-    assert len(broken) <= 1, broken
+    assert broken == [] and score.get("promises_broken", 0) == 0, broken
 
 
 @pytest.mark.parametrize("scenario", SILENT[:1])

@@ -246,6 +246,14 @@ def test_offers_promise_delivery_or_payment() -> None:
     assert (q.kind, q.amount, q.due_round) == ("pay", 30.0, 2)
     paid = SeatRecord(transfers=(Transfer(2, SEAT, OTHER, credits=30.0),))
     assert judge_promise(q, paid, 2).label == "kept"
+    # a promise to pay 0 asks for nothing and is kept; a promise to pay an unsaid amount asks
+    # for some payment
+    free = SendOffer(to=OTHER, side="buy", blocks=1, price=0.0)
+    (z,) = promises_from_action(SEAT, 2, free)
+    assert judge_promise(z, SeatRecord(), 2).label == "kept"
+    unsaid = Promise(SEAT, 2, "message", "pay", (OTHER,), 2)
+    assert judge_promise(unsaid, SeatRecord(), 3).label == "broken"
+    assert judge_promise(unsaid, paid, 2).label == "kept"
 
 
 def test_coalitions_promise_to_stay_and_pledge() -> None:

@@ -208,8 +208,11 @@ def judge_promise(promise: Promise, record: SeatRecord, now: int) -> Verdict:
         done = closed and not broken
     elif p.kind in ("deliver", "pay"):
         blocks, credits = _delivered(p, record, p.round, last)
+        # an amount left unsaid asks for any delivery or payment; a promise to pay 0 is kept
         got, need_f = (
-            (float(blocks), p.amount or 1.0) if p.kind == "deliver" else (credits, p.amount or 0.01)
+            (float(blocks), 1.0 if p.amount is None else p.amount)
+            if p.kind == "deliver"
+            else (credits, 0.01 if p.amount is None else p.amount)
         )
         done, why = got >= need_f - 1e-9, f"{got:g} of {need_f:g} by round {last}"
     elif p.kind == "join":
