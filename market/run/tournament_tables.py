@@ -196,16 +196,24 @@ def rich_table(plan_: Plan, rows: list[dict[str, Any]], done: int) -> Any:
         mine = [r for r in rows if r["role"] == role]
         if not mine:
             continue
-        table = Table(
-            title=f"{role}s",
-            box=box.SIMPLE_HEAD,
-            title_justify="left",
-            pad_edge=False,
-            collapse_padding=True,
+        # the conduct columns get a table of their own: in one, a terminal wraps the cells
+        split = len(HEADERS) - len(CONDUCT_HEADERS)
+        main, conduct = (
+            Table(
+                title=f"{role}s{suffix}",
+                box=box.SIMPLE_HEAD,
+                title_justify="left",
+                pad_edge=False,
+                collapse_padding=True,
+            )
+            for suffix in ("", ": conduct")
         )
-        for i, h in enumerate(HEADERS[1:]):
-            table.add_column(h, justify="left" if i == 0 else "right")
+        for i, h in enumerate(HEADERS[1:split]):
+            main.add_column(h, justify="left" if i == 0 else "right")
+        for i, h in enumerate((HEADERS[1], *HEADERS[split:])):
+            conduct.add_column(h, justify="left" if i == 0 else "right")
         for cells in display_rows(mine):
-            table.add_row(*cells[1:])
-        parts.append(table)
+            main.add_row(*cells[1:split])
+            conduct.add_row(cells[1], *cells[split:])
+        parts += [main, conduct]
     return Group(*parts)
