@@ -15,11 +15,12 @@ action without its free-text ``reasoning`` (and a private message without its te
 each closed round's summary. Bids are sealed while the match runs: a bid's amounts, and a closed
 round's ``bids``, are shown only for rounds whose mechanism had ``reveal_competing_bids`` on (what
 the seats themselves were shown); the rest appear once the match has ended, as in the report. The
-conduct judge's verdicts are shown as they come (each step's claims, promises and manipulation
-flags with their labels, each seat's scores so far in ``conduct``), but a verdict's ``reason``
-states the seat's private truth ("budget 9999 claimed; budget 148.59"), so reasons are sealed
-like bids until the match has ended; a private message's claims show neither span nor value,
-ever. Never a seat's observation, prompt, model output or step result, never the seed, seat seeds
+conduct judge's entries are shown as they come (what each seat claimed and promised, and the
+manipulation flags, which rest on public facts), but a claim's or promise's verdict is sealed
+like bids until the match has ended: its label and ``reason`` derive from the seat's private
+truth ("budget 9999 claimed; budget 148.59") or from sealed bids ("not_bid broken"), and so do
+the per-seat scores (``conduct`` is empty until the end); a private message's claims show
+neither span nor value, ever. Never a seat's observation, prompt, model output or step result, never the seed, seat seeds
 or digests (from which private state could be redrawn).
 
 Everything user- or model-written is escaped server-side by the report's HTML builder; the page's
@@ -66,12 +67,15 @@ SEALED = "(sealed)"
 def public_conduct(
     entries: Iterable[Mapping[str, Any]], reasons: bool, private: bool = False
 ) -> list[dict[str, Any]]:
-    """Conduct entries as a spectator sees them: the judge's ``reason`` (it states the seat's
-    private truth, e.g. "budget 9999 claimed; budget 148.59") only when ``reasons``; for a step
-    that was a ``private`` message, neither the quoted span nor the claimed value."""
+    """Conduct entries as a spectator sees them: a claim's or promise's verdict (its ``label``
+    and the judge's ``reason``, which state or imply the seat's private truth, e.g. "budget 9999
+    claimed; budget 148.59") only when ``reasons`` (the match has ended), else ``label`` sealed;
+    for a step that was a ``private`` message, neither the quoted span nor the claimed value."""
     out = []
     for e in entries:
         entry = {k: v for k, v in e.items() if reasons or k != "reason"}
+        if not reasons and entry.get("kind") in ("claim", "promise"):
+            entry["label"] = SEALED
         if private:
             entry.pop("value", None)
             if "span" in entry:
@@ -132,7 +136,8 @@ def public_steps(
         conduct = as_mapping(summary.get("conduct"))
         if conduct:
             verdicts = [v for v in conduct.get("verdicts") or [] if isinstance(v, Mapping)]
-            summary["conduct"] = {**conduct, "verdicts": public_conduct(verdicts, ended)}
+            scores = conduct.get("scores") if ended else {}  # sealed with the verdicts
+            summary["conduct"] = {"verdicts": public_conduct(verdicts, ended), "scores": scores}
         rounds.append(summary)
     return events, rounds, rewards
 

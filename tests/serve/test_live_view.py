@@ -345,9 +345,9 @@ class Boaster(BaseAgent):
 
 
 def test_conduct_reasons_stay_sealed_while_the_match_runs(tmp_path: Path) -> None:
-    """A spectator sees each claim's label while the match runs, but not the judge's reason
-    (it states the seat's true budget) until the match ends; a private message's claim shows
-    neither its span nor its value, ever."""
+    """A spectator sees each claim as it is made, but neither its verdict (label and reason: the
+    reason states the seat's true budget) nor the seats' scores until the match ends; a private
+    message's claim shows neither its span nor its value, ever."""
     path = tmp_path / "boast.jsonl"
     run_episode("market_round", 3, {"bidder_0": Boaster()}, transcript=path)
     t = read_transcript(path)
@@ -362,9 +362,12 @@ def test_conduct_reasons_stay_sealed_while_the_match_runs(tmp_path: Path) -> Non
     running, running_rounds, _ = public_steps(t, ended=False)
     ended, _, _ = public_steps(t, ended=True)
     shown = [e for ev in running for e in ev.conduct]
-    assert any(e["label"] == "false" and e.get("value") == 9999.0 for e in shown)
+    assert any(e.get("value") == 9999.0 for e in shown)  # the public claim, as it was made
+    assert all(e["label"] == SEALED for e in shown if e["kind"] in ("claim", "promise"))
     assert all("reason" not in e for e in shown)
-    assert all("reason" not in v for r in running_rounds for v in r["conduct"]["verdicts"])
+    sealed = [v for r in running_rounds for v in r["conduct"]["verdicts"]]
+    assert all("reason" not in v and v["label"] == SEALED for v in sealed)
+    assert all(r["conduct"]["scores"] == {} for r in running_rounds)
     ep = Episode(label="match", header={"scenario_name": "market_round", "seats": {}})
     ep.events.extend(running)
     ep.rounds.extend(running_rounds)
@@ -372,11 +375,14 @@ def test_conduct_reasons_stay_sealed_while_the_match_runs(tmp_path: Path) -> Non
     blob = page + json.dumps([e.conduct for e in running]) + json.dumps(running_rounds)
     for secret in secrets:
         assert secret not in blob, secret
-    assert "is 86421" not in blob and "claim budget" in page  # the label is there, the DM is not
-    scores, where = ep.conduct_scores()
-    assert scores["bidder_0"]["claims_false"] > 0 and where.startswith("after round")
-    # once the match has ended: the reasons, as in the report; private spans stay private
+    assert "is 86421" not in blob and "claim budget" in page  # the claim is there, the DM is not
+    assert "false" not in json.dumps([e.conduct for e in running])
+    scores, _ = ep.conduct_scores()
+    assert scores == {}
+    # once the match has ended: the verdicts and reasons, as in the report; private spans stay
+    # private
     done = [e for ev in ended for e in ev.conduct]
+    assert any(e["label"] == "false" and e.get("value") == 9999.0 for e in done)
     assert {e["reason"] for e in done if e.get("claim") == "budget"} <= truths
     assert any(e.get("reason") in truths for e in done)
     assert "is 86421" not in json.dumps(done) and all(e.get("value") != 86421 for e in done)
