@@ -304,11 +304,17 @@ class EpisodeRecorder:
         cached = self._obs.get(seat)
         if cached is not None and cached[0] is obs:  # the env reuses unchanged observations
             return cached[1]
+        # a model's JSON bytes straight from its serializer: model_dump_json() is these bytes
+        # decoded, and they are valid UTF-8, so the digest is that of model_dump_json()'s text
         try:
-            data = obs.model_dump_json() if isinstance(obs, BaseModel) else repr(obs)
+            data = (
+                obs.__pydantic_serializer__.to_json(obs)
+                if isinstance(obs, BaseModel)
+                else repr(obs).encode("utf-8", errors="replace")
+            )
         except Exception:  # pragma: no cover - an exotic observation must not stop recording
-            data = repr(obs)
-        digest = hashlib.sha256(data.encode("utf-8", errors="replace")).hexdigest()[:16]
+            data = repr(obs).encode("utf-8", errors="replace")
+        digest = hashlib.sha256(data).hexdigest()[:16]
         self._obs[seat] = (obs, digest)
         return digest
 
