@@ -13,9 +13,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel

@@ -80,7 +80,19 @@ def test_played_records_encode_as_the_reference(
 awkward_floats = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from(
-        [1e16, 1e15, 5e-324, -0.0, 0.1 + 0.2, 1e-5, 1e-7, 9.6e-05, 2.0**53, 1e22, sys.float_info.max]
+        [
+            1e16,
+            1e15,
+            5e-324,
+            -0.0,
+            0.1 + 0.2,
+            1e-5,
+            1e-7,
+            9.6e-05,
+            2.0**53,
+            1e22,
+            sys.float_info.max,
+        ]
     ),
 )
 keys = st.one_of(st.text(max_size=6), st.integers(-5, 5), awkward_floats, st.booleans(), st.none())
@@ -105,7 +117,10 @@ values = st.recursive(
 
 
 @settings(max_examples=300, deadline=None)
-@given(body=st.dictionaries(st.text(max_size=5), values, max_size=5), prev=st.text("0123456789abcdef", min_size=64, max_size=64))
+@given(
+    body=st.dictionaries(st.text(max_size=5), values, max_size=5),
+    prev=st.text("0123456789abcdef", min_size=64, max_size=64),
+)
 def test_fuzzed_records_encode_as_the_reference(body: dict[str, Any], prev: str) -> None:
     record = {"type": "step", **body}
     expected = reference_line(record, prev)
