@@ -42,6 +42,7 @@ class StateDigests:
 
     def __init__(self) -> None:
         self._cache: tuple[World, int, bytes] | None = None
+        self._mechanism: tuple[Mechanism, str] | None = None
 
     def digest(self, env: DigestState, version: int, potential: np.ndarray) -> str:
         """SHA-256 (hex) of the market part, round, phase, turn and the seats' terminations."""
@@ -49,8 +50,18 @@ class StateDigests:
         if cached is not None and cached[0] is env.world and cached[1] == version:
             market = cached[2]
         else:
+            mechanism = self._mechanism
+            if mechanism is None or mechanism[0] is not env.mechanism:
+                # a Mechanism is frozen and holds only scalars: its JSON is fixed per object
+                mechanism = self._mechanism = (env.mechanism, env.mechanism.model_dump_json())
             market = market_digest(
-                env.world, env.book, env.coalitions, env.mechanism, potential, env.orders
+                env.world,
+                env.book,
+                env.coalitions,
+                env.mechanism,
+                potential,
+                env.orders,
+                mechanism_json=mechanism[1],
             )
             self._cache = (env.world, version, market)
         turn = (
@@ -73,12 +84,17 @@ def market_digest(
     mechanism: Mechanism,
     potential: np.ndarray,
     orders: RoundOrders,
+    mechanism_json: str | None = None,
 ) -> bytes:
     """SHA-256 of budgets, reputations, holdings, jobs, offers, contracts, pitches, coalitions,
     this round's bids and plans, capacity reservations (when any), id counters, the message count and the latest message, the
-    mechanism, operator and external credits, and the labs' settled job potential."""
+    mechanism, operator and external credits, and the labs' settled job potential.
+
+    ``mechanism_json``: ``mechanism.model_dump_json()`` when the caller already has it."""
+    if mechanism_json is None:
+        mechanism_json = mechanism.model_dump_json()
     h = hashlib.sha256()
-    h.update(repr((w.operator_credits, w.external_credits, mechanism.model_dump_json())).encode())
+    h.update(repr((w.operator_credits, w.external_credits, mechanism_json)).encode())
     h.update(w.holdings.tobytes())
     h.update(w.capacity.tobytes())
     h.update(w.reliability.tobytes())

@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -97,23 +98,54 @@ def encode_action(action: Any, designer: bool = False) -> tuple[ActionKind, Any]
     return "model", parsed.model_dump(mode="json")
 
 
-def _digest_line(body: str) -> tuple[str, str]:
-    """(digest, line) for a record serialised as ``body`` (ending in ``"prev":"..."}``)."""
-    digest = hashlib.sha256(body.encode("ascii")).hexdigest()
-    return digest, f'{body[:-1]},"digest":"{digest}"}}\n'
+def _make_encoder(default: Any) -> Callable[[Any], str]:
+    """A reusable compact, ASCII-only, NaN-refusing JSON encoder: the same text as ``json.dumps``
+    with those settings, without building an encoder object on every call (the C encoder
+    is made once when the interpreter has it)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - an interpreter without the C accelerator
+        encoder = json.JSONEncoder(
+            ensure_ascii=True, allow_nan=False, separators=(",", ":"), default=default
+        )
+        return encoder.encode
+    encode_string = json.encoder.encode_basestring_ascii
+
+    def encode(record: Any) -> str:
+        chunks = make({}, default, encode_string, None, ":", ",", False, False, False)
+        return "".join(chunks(record, 0))
+
+    return encode
+
+
+_encode_fast = _make_encoder(jsonable)
+_encode_plain = _make_encoder(None)
 
 
 def _dumps(record: dict[str, Any]) -> str:
     """One JSON line; the same text as dumping ``jsonable(record)``, but it only walks the data in
     Python when the C encoder meets something it cannot write (non-finite floats, numpy keys)."""
     try:
-        return json.dumps(
-            record, ensure_ascii=True, allow_nan=False, separators=(",", ":"), default=jsonable
-        )
+        return _encode_fast(record)
     except (ValueError, TypeError):
-        return json.dumps(
-            jsonable(record), ensure_ascii=True, allow_nan=False, separators=(",", ":")
-        )
+        return _encode_plain(jsonable(record))
+
+
+def _chained(record: dict[str, Any], prev: str) -> tuple[str, bytes]:
+    """(digest, line) of ``record`` chained after ``prev``: the record's JSON with ``prev`` as its
+    last key (``digest`` dropped), then the SHA-256 of that text added as ``digest``.
+
+    The record is encoded once and ``prev`` appended to the text, which is the text of the
+    record with the key set, so no copy of the record is made; a record that already has a
+    ``prev`` (it keeps its place) or a ``digest`` is copied and edited first."""
+    if "prev" in record or "digest" in record or not record:
+        record = dict(record)
+        record.pop("digest", None)
+        record["prev"] = prev
+        body = _dumps(record).encode("ascii")
+    else:
+        body = b"".join((_dumps(record).encode("ascii")[:-1], b',"prev":"', prev.encode(), b'"}'))
+    digest = hashlib.sha256(body).hexdigest()
+    return digest, b"".join((body[:-1], b',"digest":"', digest.encode(), b'"}\n'))
 
 
 class TranscriptWriter:
@@ -128,7 +160,7 @@ class TranscriptWriter:
         self.sync_interval = sync_interval
         self._synced = time.monotonic()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: io.TextIOWrapper | None = open(self.path, "w", encoding="ascii", newline="\n")  # noqa: SIM115
+        self._fh: io.BufferedWriter | None = open(self.path, "wb")  # noqa: SIM115
         self._prev = GENESIS
         self._file_hash = hashlib.sha256()
         self.records = 0
@@ -137,13 +169,10 @@ class TranscriptWriter:
         """Write one record (a dict of JSON data with a ``type``); returns its digest."""
         if self._fh is None:
             raise TranscriptError(f"{self.path}: transcript already closed")
-        record = dict(record)
-        record.pop("digest", None)
-        record["prev"] = self._prev
-        digest, line = _digest_line(_dumps(record))
+        digest, line = _chained(record, self._prev)
         self._fh.write(line)
         self._fh.flush()
-        self._file_hash.update(line.encode("ascii"))
+        self._file_hash.update(line)
         self._prev = digest
         self.records += 1
         return digest
@@ -275,11 +304,17 @@ class EpisodeRecorder:
         cached = self._obs.get(seat)
         if cached is not None and cached[0] is obs:  # the env reuses unchanged observations
             return cached[1]
+        # a model's JSON bytes straight from its serializer: model_dump_json() is these bytes
+        # decoded, and they are valid UTF-8, so the digest is that of model_dump_json()'s text
         try:
-            data = obs.model_dump_json() if isinstance(obs, BaseModel) else repr(obs)
+            data = (
+                obs.__pydantic_serializer__.to_json(obs)
+                if isinstance(obs, BaseModel)
+                else repr(obs).encode("utf-8", errors="replace")
+            )
         except Exception:  # pragma: no cover - an exotic observation must not stop recording
-            data = repr(obs)
-        digest = hashlib.sha256(data.encode("utf-8", errors="replace")).hexdigest()[:16]
+            data = repr(obs).encode("utf-8", errors="replace")
+        digest = hashlib.sha256(data).hexdigest()[:16]
         self._obs[seat] = (obs, digest)
         return digest
 
