@@ -17,7 +17,7 @@ from agents.population.common import (
     unit_limit,
 )
 from agents.population.delivery_risk import cover_values, deliverable, failure_rate_at, owed
-from agents.population.planning import MarketMemory, Plan, plan_jobs, reduce_demand
+from agents.population.planning import MarketMemory, Plan, reduce_demand
 from agents.scripted import MAX_INVITEES, WAIT, affordable
 from market.core.actions import (
     AcceptOffer,
@@ -41,7 +41,8 @@ MAX_COVER = 20  # most cover blocks it bids for in one round
 class RuleExpert(StatefulAgent):
     """Negotiates, forms useful coalitions and bids from job values; adapts to shocks.
 
-    Valuation (:func:`plan_jobs`, recomputed at every turn from the observation and memory):
+    Valuation (:func:`plan_jobs`, recomputed from the observation and memory at every turn whose
+    inputs changed, :meth:`MarketMemory.plan`):
     a block's value is its job's value per block x the reliability; a job without partial credit
     counts only if it can still complete by its deadline from its own blocks and the blocks it
     can plausibly win within its budget; jobs are served highest value per block first. Shocks
@@ -313,7 +314,7 @@ class RuleExpert(StatefulAgent):
         self.values.observe(obs)
         if obs.phase not in ("negotiation", "bidding"):
             return WAIT
-        plan = plan_jobs(obs, self.memory)
+        plan = self.memory.plan(obs)
         if obs.phase == "negotiation":
             for rule in (
                 self._accept,
