@@ -193,12 +193,11 @@ class RuleExpert(StatefulAgent):
         )
 
     def _sell(self, obs: Observation, plan: Plan) -> ActionModel | None:
-        others = [s for s in obs.active_labs if s != obs.seat]
-        if not others or len(obs.offers_sent or ()) >= 8:
-            return None
-        winners = (obs.last_result.winners or {}) if obs.last_result is not None else {}
-        others.sort(key=lambda s: (-winners.get(s, 0), s))
+        if len(obs.offers_sent or ()) >= 8 or all(s == obs.seat for s in obs.active_labs):
+            return None  # no rival to sell to, or enough offers out
         ask = self._market_price(obs, plan)
+        others: list[str] = []
+        ranked = False  # rivals are ranked (last round's winners first) once a block is for sale
         for t in sorted(plan.spare):
             blocks = plan.spare[t]
             if self.hedge and t > obs.round:  # forward: only what it delivers with confidence
@@ -213,6 +212,13 @@ class RuleExpert(StatefulAgent):
                 )
             if blocks <= 0:
                 continue
+            if not ranked:
+                winners = (obs.last_result.winners or {}) if obs.last_result is not None else {}
+                others = sorted(
+                    (s for s in obs.active_labs if s != obs.seat),
+                    key=lambda s: (-winners.get(s, 0), s),
+                )
+                ranked = True
             for other in others:
                 key = (obs.round, other, t)
                 if key in self.offered:
@@ -256,11 +262,12 @@ class RuleExpert(StatefulAgent):
         short = next(
             (p for p in plan.jobs if p.short and p.job.min_reliability <= obs.reliability), None
         )
+        if short is None:
+            return None
         others = [s for s in obs.active_labs if s != obs.seat]
         leading = any(c.leader == obs.seat for c in obs.coalitions or ())
         if (
-            short is None
-            or not others
+            not others
             or leading
             or obs.round in self.club_job
             or obs.mechanism.coalition_policy == "restrict"
