@@ -140,10 +140,8 @@ def _simulate(
     plausible wins; jobs with partial credit share what is left, highest value per block first,
     buying only what the remaining budget pays for at the expected price.
     """
-    need = {p.job.job_id: p.job.size - p.job.progress for p in plans}
     for p in plans:
         p.held, p.buy = {}, {}
-    spent = 0.0
     hard = sorted(
         (p for p in plans if not p.job.partial_credit),
         key=lambda p: (p.job.deadline, -p.unit, p.job.job_id),
@@ -152,25 +150,33 @@ def _simulate(
         (p for p in plans if p.job.partial_credit),
         key=lambda p: (-p.unit, p.job.deadline, p.job.job_id),
     )
+    # one row per job in scheduling order (deadline jobs first): [plan, blocks still needed,
+    # rounds it can use, price it pays per block, without partial credit?]
+    rows = [
+        [p, p.job.size - p.job.progress, usable[p.job.job_id], min(price, p.unit), group is hard]
+        for group in (hard, soft)
+        for p in group
+    ]
+    last = max((max(row[2]) for row in rows if row[2]), default=rounds.start - 1)
+    spent = 0.0
     for t in rounds:
+        if t > last:  # no job can use a later round
+            break
         own, win = held[t], plausible[t]
-        for group in (hard, soft):
-            for p in group:
-                key = p.job.job_id
-                if need[key] <= 0 or t not in usable[key]:
-                    continue
-                got = min(own, need[key])
-                if got:
-                    p.held[t], own, need[key] = got, own - got, need[key] - got
-                cost = min(price, p.unit)
-                can_pay = (
-                    need[key] if group is hard else int(max(0.0, budget - spent) // max(cost, 1e-9))
-                )
-                got = min(win, need[key], can_pay)
-                if got:
-                    p.buy[t], win, need[key] = got, win - got, need[key] - got
-                    spent += got * cost
-    complete = all(need[p.job.job_id] <= 0 for p in hard)
+        for row in rows:
+            p, need, ok, cost, is_hard = row
+            if need <= 0 or t not in ok:
+                continue
+            got = min(own, need)
+            if got:
+                p.held[t], own, need = got, own - got, need - got
+            can_pay = need if is_hard else int(max(0.0, budget - spent) // max(cost, 1e-9))
+            got = min(win, need, can_pay)
+            if got:
+                p.buy[t], win, need = got, win - got, need - got
+                spent += got * cost
+            row[1] = need
+    complete = all(row[1] <= 0 for row in rows if row[4])
     return complete, spent <= budget + 1e-9
 
 
@@ -290,8 +296,9 @@ def _plan(
             admitted.append(plan)
         else:
             plan.short = complete and not within_budget
+    chosen = {id(plan) for plan in admitted}
     for plan in plans:
-        plan.pursue = plan in admitted
+        plan.pursue = id(plan) in chosen
         if not plan.pursue:
             plan.held, plan.buy = {}, {}
     _simulate(admitted, rounds, held, plausible, usable, budget, price)

@@ -2,15 +2,15 @@
 decisions take, per built-in scenario.
 
 With ``rule_expert`` in every bidder seat (and the ``fixed`` designer where there is a designer
-seat), one process plays episodes and times every turn in two parts: ``agent.act(obs)`` (the
-decision) and ``env.step(action)`` (the env). The share is
+seat), one process plays episodes and times every turn in two parts, in CPU seconds of its thread
+(``time.thread_time``, so time the process spends descheduled on a busy machine counts in
+neither): ``agent.act(obs)`` (the decision) and ``env.step(action)`` (the env). The share is
 
     share = sum(act seconds) / (sum(act seconds) + sum(step seconds))
 
 over every live turn of the episodes (``math.fsum``). Reading the observation (``env.last()``) is
 in neither part. The target is a share of at most :data:`TARGET_SHARE` in every scenario: the
-expert must not be what limits a run. A shared machine's load scales both parts alike, so the
-share moves far less than either time does.
+expert must not be what limits a run.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def expert_episode(scenario: str, seed: int) -> tuple[list[float], list[float]]:
         agents[seat] = agent
     act_s: list[float] = []
     step_s: list[float] = []
-    clock = time.perf_counter
+    clock = time.thread_time  # CPU seconds of this thread: time spent descheduled is in neither
     for seat in env.agent_iter():
         obs, _, terminated, truncated, _ = env.last()
         if terminated or truncated:
