@@ -287,12 +287,14 @@ def _plan(
     }
     plans = [JobPlan(j, j.value / j.size, pursue=False) for j in jobs]
     admitted: list[JobPlan] = []
+    scheduled = True  # the admitted jobs' held/buy are those of scheduling them alone
     for plan in plans:
         if not usable[plan.job.job_id]:
             continue
         trial = [*admitted, plan]
         complete, within_budget = _simulate(trial, rounds, held, plausible, usable, budget, price)
-        if complete and within_budget:
+        scheduled = complete and within_budget
+        if scheduled:
             admitted.append(plan)
         else:
             plan.short = complete and not within_budget
@@ -301,7 +303,9 @@ def _plan(
         plan.pursue = id(plan) in chosen
         if not plan.pursue:
             plan.held, plan.buy = {}, {}
-    _simulate(admitted, rounds, held, plausible, usable, budget, price)
+    if not scheduled:  # a rejected trial last rescheduled the admitted jobs: schedule them alone
+        _simulate(admitted, rounds, held, plausible, usable, budget, price)
+    with_wins = [(plan.held, plan.buy) for plan in admitted]
     bid_values: list[float] = []
     wanted: dict[int, list[float]] = {t: [] for t in rounds}
     held_now = 0
@@ -320,13 +324,13 @@ def _plan(
     # cannot supply (own blocks plus an equal share of the auctioned blocks) must come now
     hard = [p for p in admitted if not p.job.partial_credit]
     n_labs = max(1, len(obs.active_labs))
-    must = 0
+    must = later = 0  # later: what rounds now+1 .. upto supply (whole blocks: exact sums)
+    upto = now
     for d in sorted({p.job.deadline for p in hard}):
         demand = sum(p.job.size - p.job.progress for p in hard if p.job.deadline <= d)
-        later = sum(
-            held[t] + math.floor(capacity[t] * (1 - pool_share) + 1e-9) // n_labs
-            for t in range(now + 1, d + 1)
-        )
+        for t in range(upto + 1, d + 1):
+            later += held[t] + math.floor(capacity[t] * (1 - pool_share) + 1e-9) // n_labs
+        upto = max(upto, d)
         must = max(must, demand - later)
     urgent = max(0, must - held[now])
     # spare: own blocks left when the admitted jobs are served from own blocks alone (it may
@@ -340,7 +344,8 @@ def _plan(
         if t > now:
             running = sum(1 for p in hard if p.job.deadline >= t)
             spare[t] = max(0, spare[t] - running)
-    _simulate(admitted, rounds, held, plausible, usable, budget, price)
+    for plan, (own, buy) in zip(admitted, with_wins, strict=True):  # the schedule with wins again
+        plan.held, plan.buy = own, buy
     return Plan(plans, bid_values, spare, wanted, price, urgent)
 
 
