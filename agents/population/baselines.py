@@ -19,7 +19,7 @@ from agents.population.common import (
     shade,
     unit_limit,
 )
-from agents.population.planning import MarketMemory, plan_jobs
+from agents.population.planning import MarketMemory
 from agents.scripted import WAIT, affordable, marginal_values
 from market.core.actions import (
     AcceptOffer,
@@ -349,4 +349,4 @@ class NoNegotiationBidder(StatefulAgent):
         self.memory.observe(obs)
         if obs.phase != "bidding":
             return WAIT
-        return schedule(plan_jobs(obs, self.memory).bid_values, obs)
+        return schedule(self.memory.plan(obs).bid_values, obs)

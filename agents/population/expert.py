@@ -17,7 +17,7 @@ from agents.population.common import (
     unit_limit,
 )
 from agents.population.delivery_risk import cover_values, deliverable, failure_rate_at, owed
-from agents.population.planning import MarketMemory, Plan, plan_jobs, reduce_demand
+from agents.population.planning import MarketMemory, Plan, reduce_demand
 from agents.scripted import MAX_INVITEES, WAIT, affordable
 from market.core.actions import (
     AcceptOffer,
@@ -41,7 +41,8 @@ MAX_COVER = 20  # most cover blocks it bids for in one round
 class RuleExpert(StatefulAgent):
     """Negotiates, forms useful coalitions and bids from job values; adapts to shocks.
 
-    Valuation (:func:`plan_jobs`, recomputed at every turn from the observation and memory):
+    Valuation (:func:`plan_jobs`, recomputed from the observation and memory at every turn whose
+    inputs changed, :meth:`MarketMemory.plan`):
     a block's value is its job's value per block x the reliability; a job without partial credit
     counts only if it can still complete by its deadline from its own blocks and the blocks it
     can plausibly win within its budget; jobs are served highest value per block first. Shocks
@@ -192,12 +193,11 @@ class RuleExpert(StatefulAgent):
         )
 
     def _sell(self, obs: Observation, plan: Plan) -> ActionModel | None:
-        others = [s for s in obs.active_labs if s != obs.seat]
-        if not others or len(obs.offers_sent or ()) >= 8:
-            return None
-        winners = (obs.last_result.winners or {}) if obs.last_result is not None else {}
-        others.sort(key=lambda s: (-winners.get(s, 0), s))
+        if len(obs.offers_sent or ()) >= 8 or all(s == obs.seat for s in obs.active_labs):
+            return None  # no rival to sell to, or enough offers out
         ask = self._market_price(obs, plan)
+        others: list[str] = []
+        ranked = False  # rivals are ranked (last round's winners first) once a block is for sale
         for t in sorted(plan.spare):
             blocks = plan.spare[t]
             if self.hedge and t > obs.round:  # forward: only what it delivers with confidence
@@ -212,6 +212,13 @@ class RuleExpert(StatefulAgent):
                 )
             if blocks <= 0:
                 continue
+            if not ranked:
+                winners = (obs.last_result.winners or {}) if obs.last_result is not None else {}
+                others = sorted(
+                    (s for s in obs.active_labs if s != obs.seat),
+                    key=lambda s: (-winners.get(s, 0), s),
+                )
+                ranked = True
             for other in others:
                 key = (obs.round, other, t)
                 if key in self.offered:
@@ -255,11 +262,12 @@ class RuleExpert(StatefulAgent):
         short = next(
             (p for p in plan.jobs if p.short and p.job.min_reliability <= obs.reliability), None
         )
+        if short is None:
+            return None
         others = [s for s in obs.active_labs if s != obs.seat]
         leading = any(c.leader == obs.seat for c in obs.coalitions or ())
         if (
-            short is None
-            or not others
+            not others
             or leading
             or obs.round in self.club_job
             or obs.mechanism.coalition_policy == "restrict"
@@ -313,7 +321,7 @@ class RuleExpert(StatefulAgent):
         self.values.observe(obs)
         if obs.phase not in ("negotiation", "bidding"):
             return WAIT
-        plan = plan_jobs(obs, self.memory)
+        plan = self.memory.plan(obs)
         if obs.phase == "negotiation":
             for rule in (
                 self._accept,

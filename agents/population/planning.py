@@ -26,6 +26,21 @@ class MarketMemory:
         self.won: dict[int, int] = {}
         self.seen_results: set[int] = set()
         self.left_over: float | None = None  # share of the last round's blocks rivals left
+        self.last_plan: tuple[tuple[object, ...], Plan] | None = None  # (its inputs, the plan)
+        self.plans_reused = 0  # turns served by the last plan (nothing it reads had changed)
+
+    def plan(self, obs: Observation) -> Plan:
+        """:func:`plan_jobs` for this turn, reusing the last turn's plan when every input it
+        reads (:func:`plan_inputs`) is unchanged: the same inputs give the same plan, so a seat
+        with several turns in a round plans once. Callers read a plan and never change it."""
+        base_cap, share, floor = self.base_capacity(obs), self.share(obs), price_floor(obs)
+        key = plan_inputs(obs, self.reliability, base_cap, share, floor)
+        if self.last_plan is not None and self.last_plan[0] == key:
+            self.plans_reused += 1
+            return self.last_plan[1]
+        plan = _plan(obs, self.reliability, base_cap, share, floor)
+        self.last_plan = (key, plan)
+        return plan
 
     def observe(self, obs: Observation) -> None:
         self.reliability = max(self.reliability, obs.reliability)
@@ -125,10 +140,8 @@ def _simulate(
     plausible wins; jobs with partial credit share what is left, highest value per block first,
     buying only what the remaining budget pays for at the expected price.
     """
-    need = {p.job.job_id: p.job.size - p.job.progress for p in plans}
     for p in plans:
         p.held, p.buy = {}, {}
-    spent = 0.0
     hard = sorted(
         (p for p in plans if not p.job.partial_credit),
         key=lambda p: (p.job.deadline, -p.unit, p.job.job_id),
@@ -137,26 +150,66 @@ def _simulate(
         (p for p in plans if p.job.partial_credit),
         key=lambda p: (-p.unit, p.job.deadline, p.job.job_id),
     )
+    # one row per job in scheduling order (deadline jobs first): [plan, blocks still needed,
+    # rounds it can use, price it pays per block, without partial credit?]
+    rows = [
+        [p, p.job.size - p.job.progress, usable[p.job.job_id], min(price, p.unit), group is hard]
+        for group in (hard, soft)
+        for p in group
+    ]
+    last = max((max(row[2]) for row in rows if row[2]), default=rounds.start - 1)
+    spent = 0.0
     for t in rounds:
+        if t > last:  # no job can use a later round
+            break
         own, win = held[t], plausible[t]
-        for group in (hard, soft):
-            for p in group:
-                key = p.job.job_id
-                if need[key] <= 0 or t not in usable[key]:
-                    continue
-                got = min(own, need[key])
-                if got:
-                    p.held[t], own, need[key] = got, own - got, need[key] - got
-                cost = min(price, p.unit)
-                can_pay = (
-                    need[key] if group is hard else int(max(0.0, budget - spent) // max(cost, 1e-9))
-                )
-                got = min(win, need[key], can_pay)
-                if got:
-                    p.buy[t], win, need[key] = got, win - got, need[key] - got
-                    spent += got * cost
-    complete = all(need[p.job.job_id] <= 0 for p in hard)
+        for row in rows:
+            p, need, ok, cost, is_hard = row
+            if need <= 0 or t not in ok:
+                continue
+            got = min(own, need)
+            if got:
+                p.held[t], own, need = got, own - got, need - got
+            can_pay = need if is_hard else int(max(0.0, budget - spent) // max(cost, 1e-9))
+            got = min(win, need, can_pay)
+            if got:
+                p.buy[t], win, need = got, win - got, need - got
+                spent += got * cost
+            row[1] = need
+    complete = all(row[1] <= 0 for row in rows if row[4])
     return complete, spent <= budget + 1e-9
+
+
+def plan_inputs(
+    obs: Observation, reliability: float, base_cap: float, share: float, floor: float
+) -> tuple[object, ...]:
+    """Everything :func:`plan_jobs` reads, as plain data: two turns with equal inputs get
+    equal plans. The memory enters through its highest reliability seen, base capacity and
+    plausible share; the observation through the fields the plan reads (jobs it can still
+    run, holdings, contracts, shocks, prices, budget, number of active labs)."""
+    now, seat = obs.round, obs.seat
+    return (
+        now,
+        obs.rounds_total,
+        tuple(obs.holdings or ()),
+        tuple((c.delivery_round, c.blocks, c.buyer == seat) for c in obs.contracts or ()),
+        obs.reliability,
+        reliability,
+        base_cap,
+        obs.capacity,
+        tuple((s.kind, s.round, s.duration, s.magnitude) for s in obs.shocks),
+        obs.mechanism.judge_pool_share,
+        share,
+        floor,
+        tuple(obs.price_history),
+        obs.budget,
+        len(obs.active_labs),
+        tuple(
+            (j.job_id, j.size, j.progress, j.deadline, j.value, j.partial_credit, j.min_reliability)
+            for j in obs.jobs or ()
+            if j.status == "active" and j.deadline >= now
+        ),
+    )
 
 
 def plan_jobs(obs: Observation, memory: MarketMemory) -> Plan:
@@ -187,6 +240,16 @@ def plan_jobs(obs: Observation, memory: MarketMemory) -> Plan:
        it wins nothing) are *spare*; in later rounds it keeps one block per admitted deadline
        job still running then, as insurance against failures.
     """
+    return _plan(
+        obs, memory.reliability, memory.base_capacity(obs), memory.share(obs), price_floor(obs)
+    )
+
+
+def _plan(
+    obs: Observation, seen_reliability: float, base_cap: float, share: float, floor: float
+) -> Plan:
+    """:func:`plan_jobs` from the memory's readings (highest reliability seen, base capacity,
+    plausible share) and the price floor."""
     now, total = obs.round, obs.rounds_total
     rounds = range(now, total)
     holdings = obs.holdings or []
@@ -195,9 +258,8 @@ def plan_jobs(obs: Observation, memory: MarketMemory) -> Plan:
         if c.delivery_round in held:
             held[c.delivery_round] += c.blocks if c.buyer == obs.seat else -c.blocks
     held = {t: max(0, h) for t, h in held.items()}
-    base_rel = max(memory.reliability, obs.reliability)
+    base_rel = max(seen_reliability, obs.reliability)
     reliability = {t: obs.reliability if t == now else base_rel for t in rounds}
-    base_cap = memory.base_capacity(obs)
     capacity = {t: float(obs.capacity) if t == now else base_cap for t in rounds}
     for shock in obs.shocks:
         for t in range(max(shock.round, now + 1), min(total, shock.round + shock.duration)):
@@ -206,11 +268,9 @@ def plan_jobs(obs: Observation, memory: MarketMemory) -> Plan:
             elif shock.kind == "capacity_outage":
                 capacity[t] = capacity[t] * (1 - min(1.0, shock.magnitude))
     pool_share = obs.mechanism.judge_pool_share
-    share = memory.share(obs)
     plausible = {
         t: math.ceil(math.floor(capacity[t] * (1 - pool_share) + 1e-9) * share) for t in rounds
     }
-    floor = price_floor(obs)
     price = expected_price(obs, floor)
     budget = obs.budget or 0.0
     jobs = sorted(
@@ -227,20 +287,25 @@ def plan_jobs(obs: Observation, memory: MarketMemory) -> Plan:
     }
     plans = [JobPlan(j, j.value / j.size, pursue=False) for j in jobs]
     admitted: list[JobPlan] = []
+    scheduled = True  # the admitted jobs' held/buy are those of scheduling them alone
     for plan in plans:
         if not usable[plan.job.job_id]:
             continue
         trial = [*admitted, plan]
         complete, within_budget = _simulate(trial, rounds, held, plausible, usable, budget, price)
-        if complete and within_budget:
+        scheduled = complete and within_budget
+        if scheduled:
             admitted.append(plan)
         else:
             plan.short = complete and not within_budget
+    chosen = {id(plan) for plan in admitted}
     for plan in plans:
-        plan.pursue = plan in admitted
+        plan.pursue = id(plan) in chosen
         if not plan.pursue:
             plan.held, plan.buy = {}, {}
-    _simulate(admitted, rounds, held, plausible, usable, budget, price)
+    if not scheduled:  # a rejected trial last rescheduled the admitted jobs: schedule them alone
+        _simulate(admitted, rounds, held, plausible, usable, budget, price)
+    with_wins = [(plan.held, plan.buy) for plan in admitted]
     bid_values: list[float] = []
     wanted: dict[int, list[float]] = {t: [] for t in rounds}
     held_now = 0
@@ -259,13 +324,13 @@ def plan_jobs(obs: Observation, memory: MarketMemory) -> Plan:
     # cannot supply (own blocks plus an equal share of the auctioned blocks) must come now
     hard = [p for p in admitted if not p.job.partial_credit]
     n_labs = max(1, len(obs.active_labs))
-    must = 0
+    must = later = 0  # later: what rounds now+1 .. upto supply (whole blocks: exact sums)
+    upto = now
     for d in sorted({p.job.deadline for p in hard}):
         demand = sum(p.job.size - p.job.progress for p in hard if p.job.deadline <= d)
-        later = sum(
-            held[t] + math.floor(capacity[t] * (1 - pool_share) + 1e-9) // n_labs
-            for t in range(now + 1, d + 1)
-        )
+        for t in range(upto + 1, d + 1):
+            later += held[t] + math.floor(capacity[t] * (1 - pool_share) + 1e-9) // n_labs
+        upto = max(upto, d)
         must = max(must, demand - later)
     urgent = max(0, must - held[now])
     # spare: own blocks left when the admitted jobs are served from own blocks alone (it may
@@ -279,7 +344,8 @@ def plan_jobs(obs: Observation, memory: MarketMemory) -> Plan:
         if t > now:
             running = sum(1 for p in hard if p.job.deadline >= t)
             spare[t] = max(0, spare[t] - running)
-    _simulate(admitted, rounds, held, plausible, usable, budget, price)
+    for plan, (own, buy) in zip(admitted, with_wins, strict=True):  # the schedule with wins again
+        plan.held, plan.buy = own, buy
     return Plan(plans, bid_values, spare, wanted, price, urgent)
 
 

@@ -145,6 +145,7 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
     console = console or _console()
     notes = {
         "steps": "scripted agents in every seat, one process, one env reused",
+        "expert": "rule_expert in every bidder seat: act CPU seconds / (act + env.step CPU seconds)",
         "episodes": "run_scenario, local process pool, transcripts off; pool start-up included",
         "ray": "run_scenario(backend='ray') on a private local Ray instance, after a warm-up run",
         "clearing": "median ms of clear() per call; exponent = slope of log(time) on log(n)",

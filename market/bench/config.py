@@ -18,6 +18,7 @@ SCHEMA = "gpumarket-bench/1"
 # Ray last: its processes keep a core busy for a few seconds after shutdown
 SECTIONS: tuple[str, ...] = (
     "steps",
+    "expert",
     "episodes",
     "clearing",
     "memory",

@@ -3,6 +3,8 @@
 Sections, each selectable with ``--only`` (see ``docs/benchmarks.md`` for how each is measured):
 
 - ``steps``: AEC steps/s per built-in scenario, scripted agents in every seat, one process;
+- ``expert``: the share of the step time the rule expert's decisions take, ``rule_expert`` in
+  every bidder seat, per built-in scenario (:mod:`market.bench.expert`);
 - ``episodes``: episodes/s of :func:`market.run.runner.run_scenario` with 1, 2 and all cores;
 - ``ray``: the same on the Ray backend (a private local Ray instance); skipped when Ray is missing
   or fails;
@@ -63,6 +65,7 @@ from market.bench.config import (
     parse_sections,
     quick_config,
 )
+from market.bench.expert import TARGET_SHARE, section_expert
 from market.bench.llm import section_llm
 from market.bench.memory import section_memory
 from market.bench.report import TARGET_EPISODES, TARGET_MB, TARGET_SECONDS, section_report
@@ -84,6 +87,7 @@ __all__ = [
 
 RUNNERS: dict[str, Callable[[BenchConfig], SectionResult]] = {
     "steps": section_steps,
+    "expert": section_expert,
     "episodes": section_episodes,
     "ray": section_ray,
     "clearing": section_clearing,
@@ -186,6 +190,17 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "target": f"market_round >= {TARGET_STEPS_PER_SECOND:,} AEC steps/s",
                 "value": steps,
                 "ok": steps >= TARGET_STEPS_PER_SECOND,
+            }
+        )
+    expert = report["details"].get("expert")
+    if expert and expert["rows"]:
+        worst = max(expert["rows"], key=lambda r: r["share"])
+        out.append(
+            {
+                "target": f"rule_expert decisions <= {TARGET_SHARE:.2f} of the step time "
+                f"(worst: {worst['scenario']})",
+                "value": worst["share"],
+                "ok": worst["share"] <= TARGET_SHARE,
             }
         )
     big = report["details"].get("report", {}).get(str(TARGET_EPISODES))
