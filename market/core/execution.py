@@ -127,8 +127,9 @@ def run_blocks(assignment: list[tuple[Job, int]], successes: np.ndarray) -> int:
     """
     k = 0
     total = 0
+    flags = successes.tolist()  # plain bools: a slice's sum is an exact int, without numpy calls
     for job, n in assignment:
-        gained = int(successes[k : k + n].sum())
+        gained = sum(flags[k : k + n])
         job.progress = min(job.size, job.progress + gained)
         total += gained
         k += n

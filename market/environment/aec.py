@@ -224,7 +224,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             self.rewards[agent] = 0.0
 
     def _lab_reward(self, lab: int, component: str, credits: float) -> None:
-        self._reward(bidder_seat(lab), component, float(credits) / self.scenario.rewards.value_unit)
+        seat = self.world.labs[lab].seat  # bidder_seat(lab), built once at reset
+        self._reward(seat, component, float(credits) / self.scenario.rewards.value_unit)
 
     def _lab_rewards(self, events: Iterable[RewardEvent]) -> None:
         for lab, component, credits in events:
