@@ -83,15 +83,24 @@ def _affordable(bids: list[float], pool: float) -> list[float]:
     return out
 
 
-def true_need(world: World, lab: int, now: int) -> int:
-    """Blocks of progress a lab's live, runnable jobs still need, minus blocks it already holds."""
+def true_needs(world: World, labs: list[int], now: int) -> dict[int, int]:
+    """Each lab's true need: blocks of progress its live jobs that round ``now``'s reliability
+    can run still need, minus the blocks it already holds for ``now`` (never below 0)."""
     rel = float(world.reliability[now])
-    need = sum(
-        j.size - j.progress
-        for j in world.labs[lab].jobs
-        if j.status == "active" and j.min_reliability <= rel  # runnable(j, rel), inlined
-    )
-    return max(0, need - int(world.holdings[lab, now]))
+    held = world.holdings[:, now].tolist()
+    jobs_of = world.labs
+    return {
+        lab: max(
+            0,
+            sum(
+                j.size - j.progress
+                for j in jobs_of[lab].jobs
+                if j.status == "active" and j.min_reliability <= rel  # runnable(j, rel)
+            )
+            - held[lab],
+        )
+        for lab in labs
+    }
 
 
 def clear_round(
@@ -129,7 +138,7 @@ def clear_round(
                 lab.reputation = max(0.0, lab.reputation - FALSE_CLAIM_REPUTATION_LOSS)
     # each lab's true need before the auction; only the shill rule reads it
     needs = (
-        {e.lab: true_need(world, e.lab, now) for e in entries if e.coalition_id is None}
+        true_needs(world, [e.lab for e in entries if e.coalition_id is None], now)
         if mechanism.shill_penalty > 0
         else {}
     )
