@@ -8,6 +8,7 @@ unused blocks are wasted (capacity is perishable). Jobs then complete or expire.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,7 +91,9 @@ def assign_blocks(
         out: list[tuple[Job, int]] = []
         left = blocks
         live = [j for j in jobs if j.status == "active" and j.min_reliability <= reliability]
-        for job in sorted(live, key=_edf_key):
+        if len(live) > 1:
+            live.sort(key=_edf_key)  # stable, as sorted() is
+        for job in live:
             if left <= 0:
                 break
             give = min(job.size - job.progress, left)
@@ -120,15 +123,17 @@ def assign_blocks(
     return [(by_id[k], v) for k, v in assigned.items() if v > 0]
 
 
-def run_blocks(assignment: list[tuple[Job, int]], successes: np.ndarray) -> int:
+def run_blocks(assignment: list[tuple[Job, int]], successes: np.ndarray | Sequence[bool]) -> int:
     """Run assigned blocks; ``successes[k]`` says whether the lab's k-th block this round works.
 
     Returns the blocks that succeeded. Progress never exceeds a job's size.
     """
     k = 0
     total = 0
+    # plain bools: a slice's sum is an exact int, without a numpy call per job
+    flags = successes.tolist() if isinstance(successes, np.ndarray) else successes
     for job, n in assignment:
-        gained = int(successes[k : k + n].sum())
+        gained = sum(flags[k : k + n])
         job.progress = min(job.size, job.progress + gained)
         total += gained
         k += n

@@ -47,7 +47,8 @@ def pay_for_blocks(world: World, payer: int, round_: int, blocks: int, payment: 
     budget) and the operator issues ``blocks`` for ``round_``."""
     world.labs[payer].budget -= payment
     world.operator_credits += payment
-    issue_blocks(world, payer, round_, blocks)
+    if blocks:  # most bidders win nothing: skip two no-op numpy writes
+        issue_blocks(world, payer, round_, blocks)
 
 
 # --- credits from and to outside the market -----------------------------------------------

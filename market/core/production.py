@@ -32,6 +32,7 @@ def run_round_blocks(
     max_used = max((sum(n for _, n in a) for a in assignments.values()), default=0)
     if max_used:
         ok = execution.failure_draws(rng, len(world.labs), max_used, reliability)
+        rows = ok.tolist()  # one conversion for all labs instead of one per lab
         for i, assignment in assignments.items():
-            execution.run_blocks(assignment, ok[i])
+            execution.run_blocks(assignment, rows[i])
     return allocated_value

@@ -21,7 +21,7 @@ import numpy as np
 from market.core.coalitions import CoalitionBook, charge_pool, split_blocks
 from market.core.collusion import InteractionGraph, detect_cartels, flagged_labs
 from market.core.delivery import BlockFailure
-from market.core.execution import Breach, runnable
+from market.core.execution import Breach
 from market.core.judge import (
     Judge,
     JudgeHistory,
@@ -83,11 +83,24 @@ def _affordable(bids: list[float], pool: float) -> list[float]:
     return out
 
 
-def true_need(world: World, lab: int, now: int) -> int:
-    """Blocks of progress a lab's live, runnable jobs still need, minus blocks it already holds."""
+def true_needs(world: World, labs: list[int], now: int) -> dict[int, int]:
+    """Each lab's true need: blocks of progress its live jobs that round ``now``'s reliability
+    can run still need, minus the blocks it already holds for ``now`` (never below 0)."""
     rel = float(world.reliability[now])
-    need = sum(j.remaining for j in world.labs[lab].jobs if runnable(j, rel))
-    return max(0, need - int(world.holdings[lab, now]))
+    held = world.holdings[:, now].tolist()
+    jobs_of = world.labs
+    return {
+        lab: max(
+            0,
+            sum(
+                j.size - j.progress
+                for j in jobs_of[lab].jobs
+                if j.status == "active" and j.min_reliability <= rel  # runnable(j, rel)
+            )
+            - held[lab],
+        )
+        for lab in labs
+    }
 
 
 def clear_round(
@@ -123,7 +136,12 @@ def clear_round(
             if v.false_claims:  # a false claim to the committee costs reputation
                 lab = world.labs[v.lab]
                 lab.reputation = max(0.0, lab.reputation - FALSE_CLAIM_REPUTATION_LOSS)
-    needs = {e.lab: true_need(world, e.lab, now) for e in entries if e.coalition_id is None}
+    # each lab's true need before the auction; only the shill rule reads it
+    needs = (
+        true_needs(world, [e.lab for e in entries if e.coalition_id is None], now)
+        if mechanism.shill_penalty > 0
+        else {}
+    )
     # a member may have left after the leader bid: a coalition bids only what its pool can pay
     entries = [
         e
@@ -135,10 +153,12 @@ def clear_round(
     ]
     auctioned = capacity - granted
     width = max((len(e.bids) for e in entries), default=0)
-    matrix = np.full((len(entries), max(width, 1)), -1.0)
-    for row, entry in enumerate(entries):
-        matrix[row, : len(entry.bids)] = entry.bids
-    row_priority = np.array([priority[e.lab] for e in entries], dtype=np.int64)
+    # one row per entry, padded with -1 (built from plain lists: no numpy call per row)
+    width = max(width, 1)
+    matrix = np.array(
+        [[*e.bids, *([-1.0] * (width - len(e.bids)))] for e in entries], dtype=float
+    ).reshape(len(entries), width)
+    row_priority = np.asarray(priority)[[e.lab for e in entries]].astype(np.int64)
     result = RoundResult(
         now, mechanism, reserve, capacity, auctioned, reserve, 0, 0.0, entries, verdicts=verdicts
     )
@@ -147,8 +167,10 @@ def clear_round(
             matrix, auctioned, mechanism.auction_type, reserve, row_priority, lottery_rng
         )
         result.price = float(outcome.price)
+        alloc = [int(a) for a in np.asarray(outcome.alloc).tolist()]
+        payments = [float(p) for p in np.asarray(outcome.payments).tolist()]
         for row, entry in enumerate(entries):
-            blocks, payment = int(outcome.alloc[row]), float(outcome.payments[row])
+            blocks, payment = alloc[row], payments[row]
             result.sold += blocks
             result.revenue += payment
             if entry.coalition_id is None:
@@ -167,7 +189,7 @@ def clear_round(
                 if entry.coalition_id is not None:
                     continue
                 need = needs[entry.lab]
-                won = int(outcome.alloc[row])
+                won = alloc[row]
                 flagged = max(0, won - need)
                 sets_price = outcome.price_setter == row and won >= need and len(entry.bids) > won
                 flagged += int(sets_price)
@@ -177,17 +199,15 @@ def clear_round(
                     )
     # collusion: the graph sees every lab's bidding, including through coalition rows
     n = len(world.labs)
-    bid_units = np.zeros(n, dtype=np.int64)
-    bid_max = np.zeros(n)
+    bid_units = [0] * n
+    bid_max = [0.0] * n
     for entry in entries:
         bid_units[entry.lab] += len(entry.bids)
         if entry.bids:
-            bid_max[entry.lab] = max(bid_max[entry.lab], entry.bids[0])
-    won_units = np.array([result.won.get(i, 0) for i in range(n)], dtype=np.int64)
+            bid_max[entry.lab] = max(bid_max[entry.lab], float(entry.bids[0]))
+    won_units = [int(result.won.get(i, 0)) for i in range(n)]
     active = [lab.active for lab in world.labs]
-    graph.record_round_bids(
-        now, bid_units.tolist(), won_units.tolist(), bid_max.tolist(), reserve, active
-    )
+    graph.record_round_bids(now, bid_units, won_units, bid_max, reserve, active)
     suspicions = detect_cartels(graph, now)
     result.suspected = [(sorted(s.members), s.score) for s in suspicions]
     if mechanism.collusion_penalty > 0 and mechanism.coalition_policy.startswith("penalize"):

@@ -44,6 +44,7 @@ from market.environment.digest import StateDigests
 from market.environment.observations import Observation
 from market.environment.observe import SeatViews
 from market.environment.round_log import RoundSummary, render_text, round_summary
+from market.environment.seat_flags import SeatFlags, first_dead_step
 from market.environment.spaces import (
     ObservationSpace,
     seed_action_spaces,
@@ -130,8 +131,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.agents = [DESIGNER] if sc.designer_seat else []
         self.rewards: dict[str, float] = {}
         self._cumulative_rewards: dict[str, float] = {}
-        self.terminations: dict[str, bool] = {}
-        self.truncations: dict[str, bool] = {}
+        self.terminations: dict[str, bool] = SeatFlags()  # knows if a seat may be dead
+        self.truncations: dict[str, bool] = SeatFlags()
         self.infos: dict[str, dict[str, object]] = {}
         self._pending: dict[str, dict[str, float]] = {}
         self.rewarded: set[str] = set()
@@ -186,7 +187,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             if a in self.infos:
                 self.infos[a]["reward_components"] = dict(self._pending[a])
                 self._cumulative_rewards[a] += self.rewards[a]
-        self._deads_step_first()
+        first_dead_step(self)  # PettingZoo's _deads_step_first, without an O(seats) scan
         if self.render_mode == "human":
             self.render()
 
@@ -224,7 +225,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             self.rewards[agent] = 0.0
 
     def _lab_reward(self, lab: int, component: str, credits: float) -> None:
-        self._reward(bidder_seat(lab), component, float(credits) / self.scenario.rewards.value_unit)
+        seat = self.world.labs[lab].seat  # bidder_seat(lab), built once at reset
+        self._reward(seat, component, float(credits) / self.scenario.rewards.value_unit)
 
     def _lab_rewards(self, events: Iterable[RewardEvent]) -> None:
         for lab, component, credits in events:

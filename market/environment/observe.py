@@ -64,6 +64,8 @@ class SeatViews:
         self._round_cache: dict[Hashable, object] = {}
         self._mech_views: dict[bool, tuple[Mechanism, MechanismView]] = {}
         self._seat_cache: dict[str, tuple[tuple[int, str, bool], Observation]] = {}
+        # the reputations every seat sees, keyed like the seat cache (without ``acting``)
+        self._shared: tuple[tuple[int, str], dict[str, float]] | None = None
 
     def observe(self, env: MarketState, agent: str, version: int, acting: bool) -> Observation:
         """``agent``'s observation, rebuilt only when the state it can see may have changed: after
@@ -72,13 +74,18 @@ class SeatViews:
         cached = self._seat_cache.get(agent)
         if cached is not None and cached[0] == key:
             return cached[1]
-        obs = self.observation(env, agent, list(LEGAL[env.phase]) if acting else [])
+        if self._shared is None or self._shared[0] != key[:2]:
+            labs = env.world.labs
+            self._shared = (key[:2], {lab.seat: lab.reputation for lab in labs if lab.active})
+        legal = list(LEGAL[env.phase]) if acting else []
+        obs = self.observation(env, agent, legal, dict(self._shared[1]))
         self._seat_cache[agent] = (key, obs)
         return obs
 
     def new_round(self) -> None:
         """Forget the per-round views (a round started, or a lab left)."""
         self._round_cache = {}
+        self._shared = None
 
     def _per_round(self, key: Hashable, build: Callable[[], T]) -> T:
         """A view that cannot change before the round ends, built once per round and seat."""
@@ -87,8 +94,15 @@ class SeatViews:
             cache[key] = build()
         return cache[key]  # type: ignore[return-value]
 
-    def observation(self, env: MarketState, agent: str, legal: list[str]) -> Observation:
-        """``agent``'s observation of ``env`` now, with ``legal`` as its legal actions."""
+    def observation(
+        self,
+        env: MarketState,
+        agent: str,
+        legal: list[str],
+        reputations: dict[str, float] | None = None,
+    ) -> Observation:
+        """``agent``'s observation of ``env`` now, with ``legal`` as its legal actions;
+        ``reputations`` (every active lab's, by seat) when the caller has them for this state."""
         world, now = env.world, env.round
         is_designer = agent == DESIGNER
         me = -1 if is_designer else lab_index(agent)
@@ -134,7 +148,11 @@ class SeatViews:
             reliability=float(world.reliability[now]),
             energy_floor=float(world.energy_floor[now]),
             active_labs=active_labs,
-            reputations={lab.seat: lab.reputation for lab in seat_of if lab.active},
+            reputations=(
+                {lab.seat: lab.reputation for lab in seat_of if lab.active}
+                if reputations is None
+                else reputations
+            ),
             public_coalitions=public_coalitions,
             messages=messages,
             pitches=pitches,
@@ -153,7 +171,14 @@ class SeatViews:
                 ],
             ),
             last_result=self._per_round(
-                ("result", me), lambda: result_view(world, results, me, is_designer)
+                ("result", me),
+                lambda: result_view(
+                    world,
+                    results,
+                    me,
+                    is_designer,
+                    self._per_round("winners", lambda: winners_of(world, results)),
+                ),
             ),
         )
         if is_designer:
@@ -302,10 +327,22 @@ def coalition_view(world: World, c: Coalition, me: int, private: bool) -> Coalit
     )
 
 
+def winners_of(world: World, results: list[RoundResult]) -> dict[str, int]:
+    """Last round's blocks won per seat (seats that won any, by lab index); built once a round
+    and copied into every seat's :func:`result_view` instead of rebuilt per seat."""
+    won = results[-1].won if results else {}
+    return {world.labs[k].seat: v for k, v in sorted(won.items()) if v}
+
+
 def result_view(
-    world: World, results: list[RoundResult], me: int, is_designer: bool
+    world: World,
+    results: list[RoundResult],
+    me: int,
+    is_designer: bool,
+    winners: dict[str, int] | None = None,
 ) -> MarketResultView | None:
-    """Last round's clearing as far as the mechanism reveals it to lab ``me`` (or the designer)."""
+    """Last round's clearing as far as the mechanism reveals it to lab ``me`` (or the designer).
+    ``winners`` is :func:`winners_of`'s dict when the caller shares it between seats."""
     if not results:
         return None
     r = results[-1]
@@ -325,7 +362,7 @@ def result_view(
     if m.reveal_reserve or is_designer:
         view["reserve"] = r.reserve
     if show_ids:
-        view["winners"] = {labs[k].seat: v for k, v in sorted(r.won.items()) if v}
+        view["winners"] = dict(winners if winners is not None else winners_of(world, results))
         view["judge_grants"] = {labs[v.lab].seat: v.granted for v in r.verdicts if v.granted}
     if m.reveal_competing_bids:
         schedules = [list(e.bids) for e in r.bids]
