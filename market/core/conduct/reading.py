@@ -11,7 +11,7 @@ model's flag is a model opinion, labelled with ``method``, ``model`` and ``rubri
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from market.core.conduct.model import (
@@ -36,7 +36,8 @@ class TextReading:
     method: str = "rule"
     model: str | None = None
     rubric: str = RUBRIC_VERSION
-    exchange: Mapping[str, Any] | None = None  # a model's prompt and replies, for the transcript
+    # a model's prompt and replies, for the transcript: a record of how, not part of the reading
+    exchange: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 class ConductReader(Protocol):
