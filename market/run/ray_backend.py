@@ -15,7 +15,7 @@ where they run does not change a single number.
 Connecting (:func:`ray_session`): ``address=None`` starts a private single-machine Ray instance
 for this run (it never joins a cluster that happens to run on the host); ``address="HOST:PORT"``
 (or ``"auto"``) joins an existing cluster, whose workers must have the same gpumarket installed
-(checked with a probe task before any episode is sent).
+(checked with a probe task on every node before any episode is sent).
 """
 
 from __future__ import annotations
@@ -62,25 +62,47 @@ def _probe() -> dict[str, Any]:
 
 
 def _check_workers(ray: Any) -> None:
-    try:
-        found = ray.get(ray.remote(_probe).options(num_cpus=0).remote(), timeout=120)
-    except Exception as exc:
-        raise RayBackendError(
-            "Ray workers cannot import gpumarket; install the project on every node "
-            f"(pip install 'gpumarket[ray]', or pip install -e . in a checkout): "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        ) from None
-    if found["version"] != __version__:
-        raise RayBackendError(
-            f"Ray workers run gpumarket {found['version']} but this driver runs "
-            f"{__version__}; install the same version on every node"
-        )
-    if tuple(found["python"]) != tuple(sys.version_info[:2]):
-        raise RayBackendError(
-            f"Ray workers run Python {found['python'][0]}.{found['python'][1]} "
-            f"but this driver runs {sys.version_info[0]}.{sys.version_info[1]}; "
-            "Ray needs the same Python minor version everywhere"
-        )
+    """Probe every live node that can play episodes (has CPUs), pinned to it.
+
+    Checking one node would let a node with another gpumarket or Python slip through. Probing
+    each also starts a worker process on each, so a joining node is ready when the first batch
+    arrives: otherwise a node whose worker is still starting can lose every batch to a node that
+    is already running (Ray hands a finished worker the next queued task of the same kind).
+    """
+    from ray.util.scheduling_strategies import (  # type: ignore[import-not-found]
+        NodeAffinitySchedulingStrategy,
+    )
+
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU")]
+    probe = ray.remote(_probe)
+    pending = {
+        node["NodeID"]: probe.options(
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+        ).remote()
+        for node in nodes
+    }
+    for node_id, ref in pending.items():
+        where = f"node {node_id[:8]}"
+        try:
+            found = ray.get(ref, timeout=120)
+        except Exception as exc:
+            raise RayBackendError(
+                f"Ray workers on {where} cannot import gpumarket; install the project on every "
+                f"node (pip install 'gpumarket[ray]', or pip install -e . in a checkout): "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            ) from None
+        if found["version"] != __version__:
+            raise RayBackendError(
+                f"Ray workers on {where} run gpumarket {found['version']} but this driver runs "
+                f"{__version__}; install the same version on every node"
+            )
+        if tuple(found["python"]) != tuple(sys.version_info[:2]):
+            raise RayBackendError(
+                f"Ray workers on {where} run Python {found['python'][0]}.{found['python'][1]} "
+                f"but this driver runs {sys.version_info[0]}.{sys.version_info[1]}; "
+                "Ray needs the same Python minor version everywhere"
+            )
 
 
 def _local_init_options() -> dict[str, Any]:

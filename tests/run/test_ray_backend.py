@@ -150,6 +150,55 @@ def test_no_head_at_the_address_is_a_quick_clear_error(
         check_reachable("127.0.0.1:notaport")
 
 
+class _ProbedCluster:
+    """Just enough of ``ray`` for the worker check: two live CPU nodes and a CPU-less one; the
+    probe pinned to ``stale`` reports another gpumarket version."""
+
+    def __init__(self, stale: str | None) -> None:
+        self.stale, self.pinned = stale, []
+        self.live = [
+            {"NodeID": "aa" * 28, "Alive": True, "Resources": {"CPU": 1.0}},
+            {"NodeID": "bb" * 28, "Alive": True, "Resources": {"CPU": 1.0}},
+            {"NodeID": "cc" * 28, "Alive": True, "Resources": {"memory": 1.0}},  # no episodes
+            {"NodeID": "dd" * 28, "Alive": False, "Resources": {"CPU": 1.0}},  # dead
+        ]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.live
+
+    def remote(self, fn: Any) -> Any:
+        cluster = self
+
+        class Task:
+            def options(self, **kw: Any) -> Any:
+                node = kw["scheduling_strategy"].node_id
+                cluster.pinned.append((node, kw["scheduling_strategy"].soft, kw["num_cpus"]))
+
+                class Bound:
+                    def remote(self) -> dict[str, Any]:
+                        found = fn()
+                        return {**found, "version": "0.0.0"} if node == cluster.stale else found
+
+                return Bound()
+
+        return Task()
+
+    @staticmethod
+    def get(ref: Any, timeout: float) -> Any:
+        return ref
+
+
+def test_the_worker_check_probes_every_node_that_plays_episodes_and_names_a_stale_one() -> None:
+    from market.run.ray_backend import _check_workers
+
+    fine = _ProbedCluster(stale=None)
+    _check_workers(fine)
+    assert fine.pinned == [("aa" * 28, False, 0), ("bb" * 28, False, 0)]
+    stale = _ProbedCluster(stale="bb" * 28)
+    with pytest.raises(RayBackendError, match=r"on node bbbbbbbb run gpumarket 0\.0\.0"):
+        _check_workers(stale)
+
+
 # ----------------------------------------------------------------------------- real cluster
 
 
