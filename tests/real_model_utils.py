@@ -45,7 +45,7 @@ LLAMA_SERVER_MODULES = (
     "starlette_context",
     "pydantic_settings",
 )
-HF_MODULES = ("torch", "transformers", "gguf")
+HF_MODULES = ("torch", "transformers", "gguf", "xgrammar")
 
 
 def _have(module: str) -> bool:

@@ -72,6 +72,8 @@ class BenchConfig:
     llm_base_url: str | None = None  # None: spawn the fake server
     llm_model: str = "fake-model"
     llm_latency_ms: float = 50.0
+    llm_hf: str | None = None  # a local model for the in-process transformers backend
+    llm_device: str = "cpu"
     serve_sessions: int = 64  # concurrent remote-seat clients of the served-matches load test
     serve_decisions: int = 20  # remote decisions per client
     serve_scenario: str = "market_round"
@@ -170,3 +172,56 @@ def run_in_subprocess(
     if proc.returncode != 0:
         raise RuntimeError(f"{function} failed: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
+    """The options of ``gpumarket bench``."""
+    bench.add_argument(
+        "--seconds",
+        type=float,
+        default=2.0,
+        help="time per scenario and per transcript variant (default 2)",
+    )
+    bench.add_argument(
+        "--scenario", action="append", help="steps: only these scenarios (repeatable)"
+    )
+    bench.add_argument(
+        "--only",
+        type=parse_sections,
+        metavar="S1,S2",
+        help=f"only these sections: {','.join(SECTIONS)} (default: all)",
+    )
+    bench.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run for CI")
+    bench.add_argument("--json", type=Path, help="write the figures (and machine info) as JSON")
+    bench.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="FILE",
+        help="OLD.json: compare this run with it; OLD.json NEW.json: compare two "
+        "files without running",
+    )
+    bench.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help="flag a metric worse by more than this fraction (default 0.2)",
+    )
+    bench.add_argument(
+        "--llm-base-url", help="llm: an OpenAI-compatible server (…/v1) instead of the fake one"
+    )
+    bench.add_argument("--llm-model", default="fake-model", help="llm: the model name to request")
+    bench.add_argument(
+        "--llm-hf",
+        metavar="MODEL",
+        help="llm: a local model (directory, .gguf or Hub id) through the in-process transformers "
+        "backend instead of a server (see docs/benchmarks.md)",
+    )
+    bench.add_argument(
+        "--llm-device", default="cpu", help="llm: the torch device of --llm-hf (cpu, cuda, ...)"
+    )
+    bench.add_argument(
+        "--llm-latency-ms",
+        type=float,
+        default=None,
+        help="llm: the fake server's fixed latency (default 50; 5 with --quick)",
+    )

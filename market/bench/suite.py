@@ -258,6 +258,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         scenarios=tuple(args.scenario or ()),
         llm_base_url=args.llm_base_url,
         llm_model=args.llm_model,
+        llm_hf=args.llm_hf,
+        llm_device=args.llm_device,
     )
     if args.quick:
         config = quick_config(config)

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from market.bench.config import DEFAULT_THRESHOLD, SECTIONS, parse_sections
+from market.bench.config import add_bench_arguments
 from market.cli.leaderboard_command import add_leaderboard_arguments
 from market.cli.openenv_command import add_openenv_parser
 from market.cli.play_command import EXAMPLE as PLAY_EXAMPLE
@@ -313,46 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
         "unless --llm-base-url). --json writes the figures; --compare OLD.json "
         "flags metrics > --threshold worse (exit 1). See docs/benchmarks.md.",
     )
-    bench.add_argument(
-        "--seconds",
-        type=float,
-        default=2.0,
-        help="time per scenario and per transcript variant (default 2)",
-    )
-    bench.add_argument(
-        "--scenario", action="append", help="steps: only these scenarios (repeatable)"
-    )
-    bench.add_argument(
-        "--only",
-        type=parse_sections,
-        metavar="S1,S2",
-        help=f"only these sections: {','.join(SECTIONS)} (default: all)",
-    )
-    bench.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run for CI")
-    bench.add_argument("--json", type=Path, help="write the figures (and machine info) as JSON")
-    bench.add_argument(
-        "--compare",
-        nargs="+",
-        metavar="FILE",
-        help="OLD.json: compare this run with it; OLD.json NEW.json: compare two "
-        "files without running",
-    )
-    bench.add_argument(
-        "--threshold",
-        type=float,
-        default=DEFAULT_THRESHOLD,
-        help="flag a metric worse by more than this fraction (default 0.2)",
-    )
-    bench.add_argument(
-        "--llm-base-url", help="llm: an OpenAI-compatible server (…/v1) instead of the fake one"
-    )
-    bench.add_argument("--llm-model", default="fake-model", help="llm: the model name to request")
-    bench.add_argument(
-        "--llm-latency-ms",
-        type=float,
-        default=None,
-        help="llm: the fake server's fixed latency (default 50; 5 with --quick)",
-    )
+    add_bench_arguments(bench)
 
     tr = add(
         "train",

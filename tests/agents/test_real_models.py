@@ -292,26 +292,6 @@ def test_hf_backend_paths(tmp_path: Path) -> None:
             resolve_model_path(*bad) if isinstance(bad, tuple) else resolve_model_path(bad)
 
 
-def test_schema_guide_on_action_schemas() -> None:
-    from agents.llm.backends.guided import json_object_end, schema_guide
-    from agents.llm.prompts import legal_action_schema
-
-    prefix, values = schema_guide(legal_action_schema(["bid", "wait", "finish"]))
-    assert prefix == '{"action_type": "' and values == ["bid", "wait", "finish"]
-    prefix, values = schema_guide(legal_action_schema(["bid"]))
-    assert prefix == '{"action_type": "' and values == ["bid"]
-    # the designer may also send the flat mechanism object (no action_type): guided to the rest
-    designer = legal_action_schema(["set_mechanism", "wait"], designer=True)
-    assert schema_guide(designer) == ('{"action_type": "', ["set_mechanism", "wait"])
-    no_constants = {"anyOf": [{"required": ["x", "y"]}, {"required": ["y"]}]}
-    assert schema_guide(no_constants) == ('{"y": ', None)
-    assert schema_guide({"type": "object"}) == ("{", None)
-    assert schema_guide(None) == ("", None)
-    text = '{"a": "}{", "b": [1, {"c": 2}]} trailing {}'
-    assert json_object_end(text) == text.index(" trailing")
-    assert json_object_end('{"a": "\\"}"') is None
-
-
 @real_model
 def test_llama_server_designer_on_the_daedalus_family(
     llama: LlamaServer, record_property: Any

@@ -4,52 +4,51 @@ Needs the ``[hf]`` extra (``pip install torch==2.13.0`` then ``pip install 'gpum
 torch and transformers are imported only when a backend is built, so ``import agents`` works
 without them.
 
-Decoding is a small loop of its own over the model's KV cache rather than ``generate()``:
-``generate()`` samples from torch's global RNG, and a backend must not touch global random state.
+Decoding goes through :class:`~agents.llm.backends.hf_engine.BatchEngine`: one engine per loaded
+model gathers the calls of every backend, seat and episode on that model into batches (a short
+time window, up to ``max_batch`` rows) and decodes each batch with transformers' ``generate``.
+With a schema (``constrain`` on, the default) decoding is constrained by an ``xgrammar`` grammar
+of the whole JSON schema, so the reply is valid JSON of the schema (for an agent: a legal action)
+unless it is cut off by the token limit; it stops as soon as the object closes. Without a schema
+the model writes free text up to an end token or a stop string.
+
 Greedy decoding is the default (``temperature`` 0 or absent); ``temperature > 0`` samples with a
 ``torch.Generator`` seeded from the call's ``seed`` (or the backend's own generator, seeded once
-from the constructor's ``seed``). ``top_p``, ``top_k`` and ``repetition_penalty`` apply as in
-transformers. Sampling draws on the CPU, so a seed gives the same draws on any device for the
-same logits (GPU logits themselves may differ slightly from CPU ones).
+from the constructor's ``seed``). ``top_p``, ``top_k`` and ``repetition_penalty`` apply per call.
+Sampling draws on the CPU, so a seed gives the same draws on any device for the same logits.
+What is reproducible: the same seed gives the same tokens on the same device with the same batch
+composition; another device or batch size can change the logits' last bits (docs/llm-agents.md).
 
-Structured output: decoding is **not** constrained to the whole JSON schema (no grammar engine;
-the caller, e.g. :class:`~agents.llm.agent.LLMAgent`, extracts and repairs the JSON). With a schema and
-``json_prefix`` on (the default) the backend guides the model instead: the reply is started with
-``{``; when alternatives of the schema require a key fixed to string constants (the
-discriminator ``action_type`` for actions) the prefix also holds ``"KEY": "`` and decoding is
-constrained to spell one of those constants (e.g. a legal action type), see
-:func:`agents.llm.backends.guided.schema_guide`. Decoding stops as soon as that top-level object closes. The returned text
-includes the prefix, so it is the whole object. Without a schema the model writes free text.
-
-One model instance is not re-entrant: calls on a model are serialised by a lock (shared by every
-backend on the same loaded model, see ``share_model``). ``acomplete`` runs the call in a worker
-thread; if the awaiting task is cancelled (e.g. an agent timeout) the decoding loop stops at its
-next token.
+``acomplete`` awaits the engine without holding a thread; if the awaiting task is cancelled (an
+agent timeout) its row stops at its next token and the rest of the batch goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.util
-import inspect
-import json
 import threading
-import time
-import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agents.llm.backends.base import BackendError, Completion
-from agents.llm.backends.guided import json_object_end, schema_guide
+from agents.llm.backends.hf_engine import (
+    DEFAULT_MAX_BATCH,
+    DEFAULT_WINDOW_S,
+    BatchEngine,
+    EngineCancelled,
+    GenerationRequest,
+    GenerationResult,
+)
 
 TORCH_PIN = "torch==2.13.0"
 INSTALL_HINT = (
     f"the in-process HF backend needs the [hf] extra: pip install '{TORCH_PIN}' first (the CPU "
     "build), then pip install 'gpumarket[hf]'"
 )
-_REQUIRED_MODULES = ("torch", "transformers")
+_REQUIRED_MODULES = ("torch", "transformers", "xgrammar")
 _GGUF_HINT = "loading a .gguf file also needs the gguf package (pip install 'gpumarket[hf]')"
 
 
@@ -98,50 +97,33 @@ def resolve_model_path(path: str | Path, gguf_file: str | None = None) -> tuple[
 
 @dataclass
 class _LoadedModel:
-    """A model and tokenizer with the lock that serialises calls on them."""
+    """A model and tokenizer, and the batching engine that decodes on them."""
 
     model: Any
     tokenizer: Any
     device: Any
     eos_ids: frozenset[int]
     max_positions: int | None
-    cache_arg: str = "past_key_values"  # transformers 5 renamed the KV-cache argument "cache"
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    _token_texts: dict[str, list[int]] | None = None
-    async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = field(
-        default_factory=weakref.WeakKeyDictionary
-    )
+    vocab_size: int
+    engine: BatchEngine | None = None
+    engine_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def token_texts(self) -> dict[str, list[int]]:
-        """Text -> ids of the tokens that decode to it (built once, on first constrained call)."""
-        if self._token_texts is None:
-            texts: dict[str, list[int]] = {}
-            special = set(getattr(self.tokenizer, "all_special_ids", []) or [])
-            for i in range(len(self.tokenizer)):
-                if i not in special:
-                    texts.setdefault(self.tokenizer.decode([i]), []).append(i)
-            self._token_texts = texts
-        return self._token_texts
-
-    def step(self, input_ids: Any, cache: Any) -> Any:
-        """One forward pass; returns the model output (logits and the updated KV cache)."""
-        kwargs = {} if cache is None else {self.cache_arg: cache}
-        return self.model(input_ids=input_ids, use_cache=True, **kwargs)
-
-    def cache_of(self, out: Any) -> Any:
-        return out.cache if self.cache_arg == "cache" else out.past_key_values
-
-    def async_lock(self) -> asyncio.Lock:
-        """A per-event-loop lock, so waiting coroutines do not each hold a worker thread."""
-        loop = asyncio.get_running_loop()
-        with _ASYNC_LOCKS_GUARD:
-            lock = self.async_locks.get(loop)
-            if lock is None:
-                lock = self.async_locks[loop] = asyncio.Lock()
-        return lock
+    def get_engine(self, max_batch: int, window_s: float) -> BatchEngine:
+        """The model's one engine (created by the first caller, with its batching settings)."""
+        with self.engine_lock:
+            if self.engine is None:
+                self.engine = BatchEngine(
+                    self.model,
+                    self.tokenizer,
+                    self.device,
+                    self.eos_ids,
+                    self.vocab_size,
+                    max_batch=max_batch,
+                    window_s=window_s,
+                )
+            return self.engine
 
 
-_ASYNC_LOCKS_GUARD = threading.Lock()
 _CACHE_GUARD = threading.Lock()
 _MODEL_CACHE: dict[tuple[Any, ...], _LoadedModel] = {}
 
@@ -152,16 +134,6 @@ def clear_model_cache() -> int:
         n = len(_MODEL_CACHE)
         _MODEL_CACHE.clear()
     return n
-
-
-class _Cancelled(Exception):
-    """The awaiting coroutine was cancelled; the worker thread stops decoding."""
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Consume the outcome of a worker whose caller may have gone (no 'never retrieved' noise)."""
-    if not task.cancelled():
-        task.exception()
 
 
 class HFBackend:
@@ -175,10 +147,14 @@ class HFBackend:
     ``timeout`` (seconds, None: no limit) bounds one call's decoding and raises
     :class:`BackendError` when exceeded. ``params`` are default sampling parameters merged under
     each call's. ``seed`` seeds the backend's generator for sampled calls without a ``seed``.
+    ``constrain`` (default on) decodes calls with a schema under its grammar. ``max_batch`` and
+    ``batch_window_ms`` set how the model's engine batches concurrent calls (the first backend to
+    use a loaded model sets them for every backend sharing it).
 
     The model loads on first use (or with :meth:`load`); with ``share_model`` (default) backends
-    with the same (path, gguf_file, device, dtype) share one loaded model and its lock, so an agent
-    factory per episode does not load the weights again. Loading failures raise ``BackendError``.
+    with the same (path, gguf_file, device, dtype) share one loaded model and its engine, so an
+    agent factory per episode does not load the weights again and every seat on the model shares
+    its batches. Loading failures raise ``BackendError``.
     """
 
     def __init__(
@@ -193,7 +169,9 @@ class HFBackend:
         params: dict[str, Any] | None = None,
         seed: int | None = None,
         timeout: float | None = None,
-        json_prefix: bool = True,
+        constrain: bool = True,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        batch_window_ms: float = DEFAULT_WINDOW_S * 1000,
         share_model: bool = True,
         trust_remote_code: bool = False,
         preload: bool = False,
@@ -211,7 +189,13 @@ class HFBackend:
         self.params = dict(params or {})
         self.seed = None if seed is None else int(seed)  # spec strings arrive as text
         self.timeout = None if timeout is None else float(timeout)
-        self.json_prefix = bool(json_prefix)
+        self.constrain = bool(constrain)
+        if int(max_batch) < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if float(batch_window_ms) < 0:
+            raise ValueError(f"batch_window_ms must be 0 or more, got {batch_window_ms}")
+        self.max_batch = int(max_batch)
+        self.batch_window_ms = float(batch_window_ms)
         self.share_model = bool(share_model)
         self.trust_remote_code = bool(trust_remote_code)
         default_name = Path(self.gguf_file).stem if self.gguf_file else Path(self.source).name
@@ -294,18 +278,13 @@ class HFBackend:
                 elif isinstance(value, list | tuple):
                     eos.update(int(v) for v in value)
             max_positions = getattr(model.config, "max_position_embeddings", None)
-            cache_arg = (
-                "cache"
-                if "cache" in inspect.signature(model.forward).parameters
-                else ("past_key_values")
-            )
             return _LoadedModel(
                 model=model,
                 tokenizer=tokenizer,
                 device=device,
                 eos_ids=frozenset(eos),
                 max_positions=int(max_positions) if max_positions else None,
-                cache_arg=cache_arg,
+                vocab_size=int(model.config.vocab_size),
             )
         except ImportError as exc:  # e.g. gguf missing, raised by transformers at load time
             error = f"cannot load {where}: {exc}; {INSTALL_HINT}"
@@ -337,13 +316,6 @@ class HFBackend:
         lines = [f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages]
         return "\n\n".join(lines) + "\n\nassistant: "
 
-    def _guide(self, schema: dict[str, Any] | None) -> tuple[str, list[str] | None]:
-        if schema is None or not self.json_prefix:
-            return "", None
-        prefix, values = schema_guide(schema)
-        # the JSON spelling of each allowed value, closed by its quote
-        return prefix, None if values is None else [json.dumps(v)[1:] for v in values]
-
     # --- decoding --------------------------------------------------------------------------
     def _call_params(self, params: dict[str, Any]) -> dict[str, Any]:
         merged = {**self.params, **{k: v for k, v in params.items() if v is not None}}
@@ -362,201 +334,128 @@ class HFBackend:
         merged["stop"] = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
         return merged
 
-    def _sampler(self, p: dict[str, Any]) -> Callable[[Any], int]:
-        """A function from the next-token logits (1-D float tensor) to the chosen token id."""
+    def _generator_for(self, p: dict[str, Any]) -> Any:
+        """The torch generator of a sampled call: its own seed, else the backend's stream."""
         import torch
 
-        temperature = float(p.get("temperature") or 0.0)
-        if temperature <= 0.0:
-            return lambda logits: int(torch.argmax(logits).item())
+        if float(p.get("temperature") or 0.0) <= 0.0:
+            return None
         if p.get("seed") is not None:
-            gen = torch.Generator().manual_seed(int(p["seed"]))
-        else:
-            if self._generator is None:
-                self._generator = torch.Generator()
-                if self.seed is None:
-                    self._generator.seed()
-                else:
-                    self._generator.manual_seed(int(self.seed))
-            gen = self._generator
-        top_k = int(p.get("top_k") or 0)
-        top_p = float(p.get("top_p") if p.get("top_p") is not None else 1.0)
+            return torch.Generator().manual_seed(int(p["seed"]))
+        if self._generator is None:
+            self._generator = torch.Generator()
+            if self.seed is None:
+                self._generator.seed()
+            else:
+                self._generator.manual_seed(int(self.seed))
+        return self._generator
 
-        def sample(logits: Any) -> int:
-            scores = logits.float().cpu() / temperature
-            if 0 < top_k < scores.numel():
-                kth = torch.topk(scores, top_k).values[-1]
-                scores = scores.masked_fill(scores < kth, float("-inf"))
-            if top_p < 1.0:
-                sorted_scores, order = torch.sort(scores, descending=True)
-                sorted_probs = torch.softmax(sorted_scores, dim=-1)
-                drop = sorted_probs.cumsum(dim=-1) - sorted_probs > top_p  # always keeps the first
-                scores = scores.index_fill(0, order[drop], float("-inf"))
-            probs = torch.softmax(scores, dim=-1)
-            return int(torch.multinomial(probs, 1, generator=gen).item())
-
-        return sample
-
-    def _generate(
-        self,
-        loaded: _LoadedModel,
-        messages: list[dict[str, Any]],
-        schema: dict[str, Any] | None,
-        params: dict[str, Any],
-        cancel: threading.Event | None,
-    ) -> Completion:
-        import torch
-
+    def _request(
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> tuple[BatchEngine, GenerationRequest]:
+        """Render and tokenise the prompt and describe the call for the engine."""
+        loaded = self._get_loaded()  # raises BackendError (or ModuleNotFoundError) itself
         p = self._call_params(params)
-        tokenizer = loaded.tokenizer
-        prefix, pending = self._guide(schema)
-        prompt = self._render(tokenizer, messages) + prefix
-        prompt_ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
-        n_prompt = int(prompt_ids.shape[1])
+        prompt = self._render(loaded.tokenizer, messages)
+        ids = loaded.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         max_new = int(p["max_new_tokens"])
         if loaded.max_positions:
-            if n_prompt >= loaded.max_positions:
+            if len(ids) >= loaded.max_positions:
                 raise BackendError(
-                    f"model {self.model}: the prompt has {n_prompt} tokens; the "
-                    f"model's context is {loaded.max_positions}"
+                    f"model {self.model}: the prompt has {len(ids)} tokens but the model's "
+                    f"context is {loaded.max_positions}; shorten the prompt (e.g. the seat's "
+                    "memory=window:N) or use a model with a longer context"
                 )
-            max_new = min(max_new, loaded.max_positions - n_prompt)
-        sample = self._sampler(p)
-        penalty = float(p.get("repetition_penalty") or 1.0)
+            max_new = min(max_new, loaded.max_positions - len(ids))
         timeout = p.get("timeout", self.timeout)
-        deadline = None if timeout is None else time.perf_counter() + float(timeout)
-        generated: list[int] = []
-        text, finish, stopped_by = "", "length", None
-        with torch.inference_mode():
-            out = loaded.step(prompt_ids.to(loaded.device), None)
-            for _ in range(max_new):
-                logits = out.logits[0, -1, :]
-                if penalty != 1.0 and generated:
-                    seen = torch.tensor(sorted(set(generated)), device=logits.device)
-                    picked = logits[seen]
-                    logits = logits.clone()
-                    logits[seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
-                if pending is not None:  # still spelling the discriminator value
-                    allowed = self._allowed_tokens(loaded, text, pending)
-                    if allowed:
-                        index = torch.tensor(allowed, device=logits.device)
-                        logits = torch.full_like(logits, float("-inf")).index_copy(
-                            0, index, logits[index]
-                        )
-                    else:
-                        pending = None
-                token = sample(logits)
-                if token in loaded.eos_ids:
-                    finish = "stop"
-                    break
-                generated.append(token)
-                text = tokenizer.decode(generated, skip_special_tokens=True)
-                if pending is not None and (
-                    text in pending or not any(v.startswith(text) for v in pending)
-                ):
-                    pending = None  # the value is complete (or the tokenizer spelled it oddly)
-                if prefix:
-                    end = json_object_end(prefix + text)
-                    if end is not None:
-                        text = (prefix + text)[:end][len(prefix) :]
-                        finish, stopped_by = "stop", "json"
-                        break
-                hit = min((i for i in (text.find(s) for s in p["stop"]) if i >= 0), default=-1)
-                if hit >= 0:
-                    text, finish, stopped_by = text[:hit], "stop", "stop_sequence"
-                    break
-                if cancel is not None and cancel.is_set():
-                    raise _Cancelled
-                if deadline is not None and time.perf_counter() > deadline:
-                    raise BackendError(
-                        f"model {self.model}: timed out after {float(timeout):g}s "
-                        f"({len(generated)} tokens generated)"
-                    )
-                step = torch.tensor([[token]], device=loaded.device)
-                out = loaded.step(step, loaded.cache_of(out))
-        extra: dict[str, Any] = {"finish_reason": finish, "device": str(loaded.device)}
-        if prefix:
-            extra["prefix"] = prefix
-        if stopped_by:
-            extra["stopped_by"] = stopped_by
+        request = GenerationRequest(
+            prompt_ids=list(ids),
+            max_new=max_new,
+            schema=schema if self.constrain else None,
+            temperature=float(p.get("temperature") or 0.0),
+            top_k=int(p.get("top_k") or 0),
+            top_p=float(p.get("top_p") if p.get("top_p") is not None else 1.0),
+            repetition_penalty=float(p.get("repetition_penalty") or 1.0),
+            generator=self._generator_for(p),
+            stop=p["stop"],
+            timeout=None if timeout is None else float(timeout),
+        )
+        engine = loaded.get_engine(self.max_batch, self.batch_window_ms / 1000.0)
+        return engine, request
+
+    def _submit(
+        self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
+    ) -> tuple[GenerationRequest, concurrent.futures.Future[GenerationResult]]:
+        engine, request = self._request(messages, schema, params)
+        try:
+            future = engine.submit(request)
+        except Exception as exc:  # e.g. a schema xgrammar cannot compile
+            raise BackendError(
+                f"model {self.model}: cannot constrain decoding to the schema: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        self.calls += 1
+        return request, future
+
+    def _completion(
+        self, request: GenerationRequest, outcome: GenerationResult, params: dict[str, Any]
+    ) -> Completion:
+        extra: dict[str, Any] = {
+            "finish_reason": outcome.finish,
+            "device": self.device,
+            "batch": outcome.batch,
+            "queue_s": outcome.queue_s,
+        }
+        if outcome.stopped_by:
+            extra["stopped_by"] = outcome.stopped_by
+        dropped = [k for k in UNSUPPORTED if params.get(k) is not None]
+        if dropped:  # recorded, never silent: the agent counts these
+            extra["degraded"] = [f"{k} not supported by the hf backend: not used" for k in dropped]
         return Completion(
-            text=prefix + text,
+            text=outcome.text,
             model=self.model,
-            prompt_tokens=n_prompt,
-            completion_tokens=len(generated),
+            prompt_tokens=len(request.prompt_ids),
+            completion_tokens=len(outcome.token_ids),
+            latency_s=outcome.decode_s,
             extra=extra,
         )
 
-    @staticmethod
-    def _allowed_tokens(loaded: _LoadedModel, text: str, pending: list[str]) -> list[int]:
-        """Tokens that keep ``text`` a prefix of one of the ``pending`` spellings."""
-        texts = loaded.token_texts()
-        allowed: set[int] = set()
-        for value in pending:
-            if value.startswith(text):
-                rest = value[len(text) :]
-                for k in range(1, len(rest) + 1):
-                    allowed.update(texts.get(rest[:k], ()))
-        return sorted(allowed)
-
-    def _run(
-        self,
-        messages: list[dict[str, Any]],
-        schema: dict[str, Any] | None,
-        params: dict[str, Any],
-        cancel: threading.Event | None = None,
-    ) -> Completion:
-        error: str | None = None
-        loaded = self._get_loaded()  # raises BackendError (or ModuleNotFoundError) itself
-        queued = time.perf_counter()
-        with loaded.lock:
-            start = time.perf_counter()
-            try:
-                if cancel is not None and cancel.is_set():
-                    raise _Cancelled
-                self.calls += 1
-                completion = self._generate(loaded, messages, schema, params, cancel)
-            except (BackendError, _Cancelled):
-                raise
-            except Exception as exc:  # torch/tokenizer errors, out of memory...; mapped below
-                error = f"model {self.model}: generation failed: {type(exc).__name__}: {exc}"[:2000]
-            else:
-                latency = time.perf_counter() - start
-                extra = {**completion.extra, "queue_s": start - queued}
-                dropped = [k for k in UNSUPPORTED if params.get(k) is not None]
-                if dropped:  # recorded, never silent: the agent counts these
-                    extra["degraded"] = [
-                        f"{k} not supported by the hf backend: not used" for k in dropped
-                    ]
-                return Completion(
-                    text=completion.text,
-                    model=completion.model,
-                    prompt_tokens=completion.prompt_tokens,
-                    completion_tokens=completion.completion_tokens,
-                    latency_s=latency,
-                    extra=extra,
-                )
-        raise BackendError(error)
+    def _failure(self, exc: BaseException) -> BackendError:
+        if isinstance(exc, TimeoutError):
+            return BackendError(f"model {self.model}: {exc}")
+        return BackendError(
+            f"model {self.model}: generation failed: {type(exc).__name__}: {exc}"[:2000]
+        )
 
     def complete(
         self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion:
-        return self._run(messages, schema, params or {})
+        params = params or {}
+        request, future = self._submit(messages, schema, params)
+        try:
+            outcome = future.result()
+        except EngineCancelled:
+            raise BackendError(f"model {self.model}: the call was cancelled") from None
+        except Exception as exc:
+            raise self._failure(exc) from None
+        return self._completion(request, outcome, params)
 
     async def acomplete(
         self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
     ) -> Completion:
-        loaded = await asyncio.to_thread(self._get_loaded)
-        cancel = threading.Event()
-        async with loaded.async_lock():
-            work = asyncio.to_thread(self._run, messages, schema, params or {}, cancel)
-            task = asyncio.ensure_future(work)
-            task.add_done_callback(_retrieve)
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                cancel.set()  # the worker thread stops at its next token and releases the model
-                raise
+        params = params or {}
+        # loading and tokenising can take seconds: not on the event loop
+        request, future = await asyncio.to_thread(self._submit, messages, schema, params)
+        try:
+            outcome = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            request.cancel.set()  # the row stops at its next token; the batch goes on
+            raise
+        except EngineCancelled:
+            raise BackendError(f"model {self.model}: the call was cancelled") from None
+        except Exception as exc:
+            raise self._failure(exc) from None
+        return self._completion(request, outcome, params)
 
     # --- what this backend can do ----------------------------------------------------------
     def supports_tools(self) -> bool:

@@ -1,0 +1,384 @@
+"""Batched, grammar-constrained decoding for one loaded transformers model.
+
+:class:`BatchEngine` owns a worker thread per loaded model. Callers (any thread, any event loop)
+:meth:`~BatchEngine.submit` a :class:`GenerationRequest` and get a ``concurrent.futures.Future``.
+The worker gathers requests into a *batch*: it takes the first waiting request, then waits at most
+``window_s`` for more, up to ``max_batch``; requests arriving while a batch decodes wait for the
+next one. A batch is decoded by transformers' own ``generate`` (KV cache, left padding, attention
+mask) with two hooks of ours, both per row:
+
+- a logits processor (:class:`_RowLogits`) applies the row's repetition penalty, masks every
+  token its JSON-schema grammar forbids (an ``xgrammar`` matcher per row), and for sampled rows
+  draws the token from the row's own ``torch.Generator`` (so ``generate`` itself only ever takes
+  the arg-max and never touches torch's global RNG);
+- a stopping criterion (:class:`_RowStops`) feeds each new token to the row's matcher and ends
+  the row when its JSON object is complete, a stop string appears, its own token limit is reached,
+  its caller cancelled it or its deadline passed.
+
+Constrained rows therefore always produce valid JSON of the schema unless they are cut off by the
+length limit. Greedy rows (temperature 0) are deterministic for a given device and batch
+composition; a different batch size or padding can change the last bits of the logits and so,
+rarely, a near-tie between two tokens (see docs/llm-agents.md).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+#: how long the worker waits for more requests after the first one of a batch (seconds)
+DEFAULT_WINDOW_S = 0.005
+#: most requests decoded together
+DEFAULT_MAX_BATCH = 32
+#: compiled grammars kept per model (one per distinct schema: a phase's legal actions)
+GRAMMAR_CACHE = 256
+
+
+class EngineCancelled(Exception):
+    """The caller cancelled the request; its row stopped at its next token."""
+
+
+@dataclass
+class GenerationRequest:
+    """One prompt to continue: token ids, limits and sampling for this row only."""
+
+    prompt_ids: list[int]
+    max_new: int
+    schema: dict[str, Any] | None = None
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    generator: Any = None  # a torch.Generator for sampled rows
+    stop: list[str] = field(default_factory=list)
+    timeout: float | None = None  # seconds of decoding, counted from the batch's start
+    cancel: threading.Event = field(default_factory=threading.Event)
+    future: concurrent.futures.Future[GenerationResult] = field(
+        default_factory=concurrent.futures.Future
+    )
+    queued_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class GenerationResult:
+    """What one row produced: its tokens (end token excluded), text and why it stopped."""
+
+    token_ids: list[int]
+    text: str
+    finish: str  # "stop" (end token, JSON complete or stop string) | "length"
+    stopped_by: str | None  # "eos" | "json" | "stop_sequence" | None
+    batch: int  # rows decoded together with this one (itself included)
+    queue_s: float
+    decode_s: float
+
+
+class _Row:
+    """A request's decoding state inside a batch."""
+
+    def __init__(self, request: GenerationRequest, matcher: Any, deadline: float | None) -> None:
+        self.request = request
+        self.matcher = matcher
+        self.deadline = deadline
+        self.tokens: list[int] = []
+        self.done = False
+        self.finish = "length"
+        self.stopped_by: str | None = None
+        self.failure: BaseException | None = None
+        self.text_cache: str | None = None
+
+
+class BatchEngine:
+    """The batching worker of one loaded model (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        device: Any,
+        eos_ids: frozenset[int],
+        vocab_size: int,
+        *,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        window_s: float = DEFAULT_WINDOW_S,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.eos_ids = eos_ids
+        self.vocab_size = int(vocab_size)
+        self.max_batch = int(max_batch)
+        self.window_s = max(0.0, float(window_s))
+        self.pad_id = self._pad_id()
+        self._queue: list[GenerationRequest] = []
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._compiler: Any = None
+        self._grammars: OrderedDict[str, Any] = OrderedDict()
+        self._grammar_lock = threading.Lock()
+        #: batches decoded and rows in them (for benchmarks and tests)
+        self.batches = 0
+        self.rows = 0
+        self.largest_batch = 0
+
+    def _pad_id(self) -> int:
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        return int(pad) if pad is not None else min(self.eos_ids, default=0)
+
+    # --- grammars --------------------------------------------------------------------------
+    def grammar(self, schema: dict[str, Any]) -> Any:
+        """The compiled xgrammar grammar of a JSON schema (compact JSON; cached per schema)."""
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        with self._grammar_lock:
+            hit = self._grammars.get(key)
+            if hit is not None:
+                self._grammars.move_to_end(key)
+                return hit
+            if self._compiler is None:
+                import xgrammar as xgr  # type: ignore[import-not-found]
+
+                info = xgr.TokenizerInfo.from_huggingface(
+                    self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=sorted(self.eos_ids)
+                )
+                self._compiler = xgr.GrammarCompiler(info, max_threads=2)
+            compiled = self._compiler.compile_json_schema(key, any_whitespace=False)
+            self._grammars[key] = compiled
+            if len(self._grammars) > GRAMMAR_CACHE:
+                self._grammars.popitem(last=False)
+            return compiled
+
+    # --- submission ------------------------------------------------------------------------
+    def submit(self, request: GenerationRequest) -> concurrent.futures.Future[GenerationResult]:
+        """Queue a request; its future resolves to a :class:`GenerationResult` or raises."""
+        if request.schema is not None:
+            self.grammar(request.schema)  # compile errors belong to the caller, not the batch
+        with self._wake:
+            self._queue.append(request)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._serve, name="gpumarket-hf-engine", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+        return request.future
+
+    def _take_batch(self) -> list[GenerationRequest]:
+        with self._wake:
+            while not self._queue:
+                self._wake.wait()
+            first_seen = time.perf_counter()
+            while len(self._queue) < self.max_batch:
+                left = self.window_s - (time.perf_counter() - first_seen)
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+            batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
+        live = []
+        for request in batch:
+            if request.cancel.is_set():
+                request.future.set_exception(EngineCancelled())
+            else:
+                live.append(request)
+        return live
+
+    def _serve(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if not batch:
+                continue
+            try:
+                results = self.decode(batch)
+            except Exception as exc:  # out of memory, a torch error: every row of the batch fails
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            for request, outcome in zip(batch, results, strict=True):
+                if isinstance(outcome, BaseException):
+                    request.future.set_exception(outcome)
+                else:
+                    request.future.set_result(outcome)
+
+    # --- decoding --------------------------------------------------------------------------
+    def decode(self, batch: list[GenerationRequest]) -> list[GenerationResult | BaseException]:
+        """Decode ``batch`` together with ``generate`` (see the module docstring)."""
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+        start = time.perf_counter()
+        rows = [
+            _Row(
+                r,
+                self._matcher(r.schema),
+                None if r.timeout is None else start + float(r.timeout),
+            )
+            for r in batch
+        ]
+        width = max(len(r.prompt_ids) for r in batch)
+        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, r in enumerate(batch):  # left padding: every row's last token is at the same column
+            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            mask[i, width - len(r.prompt_ids) :] = 1
+        config = GenerationConfig(
+            max_new_tokens=max(r.max_new for r in batch),
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=self.pad_id,
+            eos_token_id=sorted(self.eos_ids),
+        )
+        with torch.inference_mode():
+            self.model.generate(
+                input_ids=ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                generation_config=config,
+                logits_processor=LogitsProcessorList([_RowLogits(self, rows)]),
+                stopping_criteria=StoppingCriteriaList([_RowStops(self, rows)]),
+            )
+        decode_s = time.perf_counter() - start
+        self.batches += 1
+        self.rows += len(batch)
+        self.largest_batch = max(self.largest_batch, len(batch))
+        out: list[GenerationResult | BaseException] = []
+        for row in rows:
+            if row.failure is not None:
+                out.append(row.failure)
+                continue
+            out.append(
+                GenerationResult(
+                    token_ids=row.tokens,
+                    text=self.text(row),
+                    finish=row.finish,
+                    stopped_by=row.stopped_by,
+                    batch=len(batch),
+                    queue_s=start - row.request.queued_at,
+                    decode_s=decode_s,
+                )
+            )
+        return out
+
+    def _matcher(self, schema: dict[str, Any] | None) -> Any:
+        if schema is None:
+            return None
+        import xgrammar as xgr
+
+        return xgr.GrammarMatcher(self.grammar(schema), terminate_without_stop_token=True)
+
+    def text(self, row: _Row) -> str:
+        if row.text_cache is None:
+            row.text_cache = str(self.tokenizer.decode(row.tokens, skip_special_tokens=True))
+        return row.text_cache
+
+
+class _RowLogits:
+    """``generate``'s logits processor: per-row penalty, grammar mask and seeded sampling."""
+
+    def __init__(self, engine: BatchEngine, rows: list[_Row]) -> None:
+        import xgrammar as xgr
+
+        self.engine, self.rows = engine, rows
+        self.bitmask = xgr.allocate_token_bitmask(len(rows), engine.vocab_size)
+        self.on_cpu = str(engine.device).startswith("cpu")
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+        import xgrammar as xgr
+
+        constrained = []
+        for i, row in enumerate(self.rows):
+            if row.done:
+                continue
+            penalty = row.request.repetition_penalty
+            if penalty != 1.0 and row.tokens:
+                seen = torch.tensor(sorted(set(row.tokens)), device=scores.device)
+                picked = scores[i, seen]
+                scores[i, seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
+            if row.matcher is not None:
+                row.matcher.fill_next_token_bitmask(self.bitmask, i)
+                constrained.append(i)
+        if constrained:
+            bitmask = self.bitmask if self.on_cpu else self.bitmask.to(scores.device)
+            xgr.apply_token_bitmask_inplace(
+                scores,
+                bitmask,
+                vocab_size=self.engine.vocab_size,
+                indices=constrained,
+                backend="cpu" if self.on_cpu else "torch_native",
+            )
+        for i, row in enumerate(self.rows):
+            if not row.done and row.request.temperature > 0.0:
+                token = _sample(scores[i], row.request)
+                scores[i] = float("-inf")
+                scores[i, token] = 0.0  # generate's arg-max now takes exactly the drawn token
+        return scores
+
+
+def _sample(logits: Any, request: GenerationRequest) -> int:
+    """One draw from ``softmax(logits / temperature)`` after top-k and top-p, on the CPU with
+    the request's generator (the same draws on any device for the same logits)."""
+    import torch
+
+    scores = logits.float().cpu() / request.temperature
+    if 0 < request.top_k < scores.numel():
+        kth = torch.topk(scores, request.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if request.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=True)
+        sorted_probs = torch.softmax(sorted_scores, dim=-1)
+        drop = sorted_probs.cumsum(dim=-1) - sorted_probs > request.top_p  # keeps the first
+        scores = scores.index_fill(0, order[drop], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=request.generator).item())
+
+
+class _RowStops:
+    """``generate``'s stopping criterion: reads each row's new token and ends rows one by one."""
+
+    def __init__(self, engine: BatchEngine, rows: list[_Row]) -> None:
+        self.engine, self.rows = engine, rows
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        last = input_ids[:, -1].tolist()  # the one device sync of the step
+        now = time.perf_counter()
+        for i, row in enumerate(self.rows):
+            if not row.done:
+                self._advance(row, int(last[i]), now)
+        return torch.tensor([row.done for row in self.rows], device=input_ids.device)
+
+    def _advance(self, row: _Row, token: int, now: float) -> None:
+        request = row.request
+        if token in self.engine.eos_ids:
+            row.done, row.finish, row.stopped_by = True, "stop", "eos"
+            return
+        row.tokens.append(token)
+        if row.matcher is not None:
+            if not row.matcher.accept_token(token):  # the mask forbids this: a bug, say so
+                row.failure = RuntimeError(f"the grammar rejected token {token} after masking")
+                row.done = True
+                return
+            if row.matcher.is_terminated():
+                row.done, row.finish, row.stopped_by = True, "stop", "json"
+                return
+        if request.stop:
+            text = str(self.engine.tokenizer.decode(row.tokens, skip_special_tokens=True))
+            hit = min((i for i in (text.find(s) for s in request.stop) if i >= 0), default=-1)
+            if hit >= 0:
+                row.text_cache = text[:hit]
+                row.done, row.finish, row.stopped_by = True, "stop", "stop_sequence"
+                return
+        if len(row.tokens) >= request.max_new:
+            row.done = True  # finish stays "length"
+        elif request.cancel.is_set():
+            row.failure, row.done = EngineCancelled(), True
+        elif row.deadline is not None and now > row.deadline:
+            row.failure = TimeoutError(
+                f"timed out after {float(request.timeout or 0):g}s "
+                f"({len(row.tokens)} tokens generated)"
+            )
+            row.done = True

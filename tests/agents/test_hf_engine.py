@@ -1,0 +1,172 @@
+"""The batched, grammar-constrained transformers backend with the real SmolLM2-135M model (CPU).
+
+What must hold: a constrained reply is valid JSON of a legal action unless the token limit cut it
+off; concurrent calls share batches; greedy and seeded calls repeat for the same batch
+composition; one row's cancellation, deadline or stop string does not disturb the others; a
+prompt longer than the context is a clear error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+from real_model_utils import HF_INSTALL, HF_MODULES, require_gguf, require_modules
+
+from agents.llm.backends.base import BackendError
+from agents.llm.prompts import legal_action_schema
+from market.bench.llm import bench_observations
+from market.core.actions import ACTION_CLASSES
+
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="module")
+def gguf() -> Path:
+    return require_gguf()
+
+
+@pytest.fixture(scope="module")
+def backend(gguf: Path) -> Any:
+    require_modules(HF_MODULES, HF_INSTALL)
+    from agents.llm.backends.hf_backend import HFBackend
+
+    # a wide window: calls made together below always land in one batch
+    return HFBackend(path=gguf, max_new_tokens=48, max_batch=16, batch_window_ms=200).load()
+
+
+def _ask(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def _parse_action(text: str, legal: list[str]) -> Any:
+    """The reply as an action of one of the ``legal`` types (raises if it is not one)."""
+    data = json.loads(text)
+    assert data["action_type"] in legal
+    return TypeAdapter(ACTION_CLASSES[data["action_type"]]).validate_python(data)
+
+
+def test_constrained_replies_are_legal_actions_unless_cut_off(backend: Any) -> None:
+    """Over the bench's market observations (every phase, designer and labs), each reply is a
+    valid action of that phase's legal types, or a reply the token limit cut off."""
+    observations = bench_observations(24)
+
+    async def ask_all() -> list[Any]:
+        calls = [
+            backend.acomplete(
+                _ask(obs.to_prompt() + "\nAnswer with one action as JSON."),
+                legal_action_schema(obs.legal_actions, obs.seat.startswith("designer")),
+                {"max_tokens": 96},
+            )
+            for obs in observations
+        ]
+        return await asyncio.gather(*calls)
+
+    replies = asyncio.run(ask_all())
+    parsed = cut = 0
+    for obs, reply in zip(observations, replies, strict=True):
+        if reply.extra["finish_reason"] == "length":
+            cut += 1
+            with pytest.raises(json.JSONDecodeError):  # cut off: incomplete, never wrong
+                json.loads(reply.text)
+            continue
+        assert reply.extra["stopped_by"] == "json"
+        if obs.seat.startswith("designer") and "action_type" not in json.loads(reply.text):
+            continue  # the designer's flat mechanism form
+        try:
+            _parse_action(reply.text, list(obs.legal_actions))
+        except (ValidationError, AssertionError) as exc:
+            raise AssertionError(f"{obs.seat} {obs.phase}: {reply.text!r}: {exc}") from None
+        parsed += 1
+    assert parsed >= len(observations) // 2, (parsed, cut)
+    assert max(r.extra["batch"] for r in replies) >= 8  # they were decoded together
+
+
+def test_the_same_batch_gives_the_same_tokens_and_seeds_repeat(backend: Any) -> None:
+    schema = legal_action_schema(["bid", "wait", "finish"])
+    prompts = [f"Lab {i}: you need {i + 2} GPU blocks. Reply with an action." for i in range(4)]
+
+    async def batch(params: dict[str, Any]) -> list[str]:
+        replies = await asyncio.gather(
+            *(backend.acomplete(_ask(p), schema, params) for p in prompts)
+        )
+        assert {r.extra["batch"] for r in replies} == {4}
+        return [r.text for r in replies]
+
+    greedy = {"max_tokens": 40}
+    assert asyncio.run(batch(greedy)) == asyncio.run(batch(greedy))
+    seeded = {"max_tokens": 40, "temperature": 1.0, "seed": 11}
+    first = asyncio.run(batch(seeded))
+    assert first == asyncio.run(batch(seeded))
+    other = asyncio.run(batch({**seeded, "seed": 12}))
+    assert other != first  # the seed really drives the draws
+    for text in first + other:  # sampled rows are constrained too
+        if text.endswith("}"):
+            _parse_action(text, ["bid", "wait", "finish"])
+
+
+def test_one_rows_stop_string_cancel_and_deadline_leave_the_others_alone(backend: Any) -> None:
+    from agents.llm.backends.hf_engine import EngineCancelled, GenerationRequest
+
+    loaded = backend._get_loaded()
+    engine = loaded.get_engine(backend.max_batch, backend.batch_window_ms / 1000)
+    ids = loaded.tokenizer("Write a long story about GPUs.", add_special_tokens=False)
+    prompt = list(ids["input_ids"])
+    eos = sorted(loaded.eos_ids)
+    # no end token may win: these rows run to their own limits
+    keep_going = GenerationRequest(prompt_ids=prompt, max_new=40, repetition_penalty=1.3)
+    cancelled = GenerationRequest(prompt_ids=prompt, max_new=400)
+    late = GenerationRequest(prompt_ids=prompt, max_new=400, timeout=0.05)
+    stopped = GenerationRequest(prompt_ids=prompt, max_new=400, stop=[" "])
+    futures = [engine.submit(r) for r in (keep_going, cancelled, late, stopped)]
+    time.sleep(0.5)
+    cancelled.cancel.set()
+    done = futures[0].result(timeout=600)
+    assert done.batch == 4 and (len(done.token_ids) == 40 or done.stopped_by == "eos")
+    assert not set(done.token_ids) & set(eos)
+    with pytest.raises(EngineCancelled):
+        futures[1].result(timeout=600)
+    with pytest.raises(TimeoutError, match="timed out after 0.05s"):
+        futures[2].result(timeout=600)
+    cut = futures[3].result(timeout=600)
+    assert cut.stopped_by == "stop_sequence" and " " not in cut.text
+
+
+def test_length_cut_off_and_errors_are_reported(backend: Any) -> None:
+    schema = legal_action_schema(["bid", "wait"])
+    short = backend.complete(_ask("Reply with an action."), schema, {"max_tokens": 3})
+    assert short.extra["finish_reason"] == "length" and short.completion_tokens == 3
+    assert short.text.startswith("{")
+    with pytest.raises(BackendError, match="timed out after"):
+        backend.complete(_ask("Tell me a story."), None, {"max_tokens": 400, "timeout": 0.01})
+    context = backend._get_loaded().max_positions
+    with pytest.raises(BackendError, match=f"the model's context is {context}"):
+        backend.complete(_ask("GPU " * (context + 10)), None, {"max_tokens": 4})
+    free = backend.complete(_ask("Say hello."), None, {"max_tokens": 6})
+    assert 0 < free.completion_tokens <= 6 and free.prompt_tokens > 0
+
+
+def test_cancelling_an_awaiting_task_stops_its_row(backend: Any) -> None:
+    async def main() -> tuple[Any, bool]:
+        task = asyncio.create_task(
+            backend.acomplete(_ask("Write a long story."), None, {"max_tokens": 400})
+        )
+        other = asyncio.create_task(
+            backend.acomplete(_ask("Say hello."), None, {"max_tokens": 8})
+        )
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await other, task.cancelled()
+
+    other, cancelled = asyncio.run(main())
+    assert cancelled and 0 < other.completion_tokens <= 8
