@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -116,7 +117,7 @@ def _as_plain_model(model: Any) -> Iterator[None]:
     """Let ``save_pretrained`` write a dequantised GGUF model: transformers marks it as
     quantised with gguf (not serialisable) although its weights are plain tensors."""
     quantizer = getattr(model, "hf_quantizer", None)
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     qconfig = None if config is None else vars(config).pop("quantization_config", None)
     if quantizer is not None:
         model.hf_quantizer = None
@@ -212,10 +213,11 @@ def _own_gguf_path(architecture: str) -> bool:
     """True when transformers reads this architecture with its own GGUF reader (which checks
     the tensor types itself); older transformers have no such reader."""
     try:
-        from transformers.integrations.gguf import is_gguf_arch_supported
+        module = importlib.import_module("transformers.integrations.gguf")
     except ImportError:
         return False
-    return bool(is_gguf_arch_supported(architecture))
+    check = getattr(module, "is_gguf_arch_supported", None)
+    return bool(check(architecture)) if check is not None else False
 
 
 def check_gguf(path: Path) -> None:

@@ -314,9 +314,9 @@ def _read_gguf(
             "dtype": key.dtype,
             "transformers": importlib.metadata.version("transformers"),
         }
-        note = save_conversion(model, tokenizer, target, meta)
-        if note:
-            notes.append(note)
+        failure = save_conversion(model, tokenizer, target, meta)
+        if failure:
+            notes.append(failure)
             target = None
         else:
             log.info("cached the conversion of %s in %s", path, target)
@@ -374,7 +374,9 @@ def load_uncached(key: ModelKey, cache_dir: Path | None = None) -> LoadedModel:
 
 # --- the process's registry ------------------------------------------------------------------
 
-_LOAD_LOCK = threading.Lock()  # serialises every load in the process
+#: serialises every load in the process; hold it too while importing transformers lazily
+#: elsewhere (its lazy imports are not thread-safe)
+LOAD_LOCK = threading.Lock()
 _REGISTRY_LOCK = threading.Lock()  # guards the two tables (held only briefly)
 _MODELS: dict[ModelKey, LoadedModel] = {}
 _FAILURES: dict[ModelKey, str] = {}
@@ -399,7 +401,7 @@ def load_model(key: ModelKey, *, shared: bool = True, cache_dir: Path | None = N
     loaded = _lookup(key, shared)
     if loaded is not None:
         return loaded
-    with _LOAD_LOCK:
+    with LOAD_LOCK:
         loaded = _lookup(key, shared)  # another thread may have loaded it while we waited
         if loaded is not None:
             return loaded
