@@ -394,7 +394,8 @@ def test_the_conversion_is_cached_and_read_back(
         "tokenizer.json",
     ]
     assert json.loads((folder / gguf_files.MARKER).read_text())["gguf"] == str(model.resolve())
-    assert [p.name for p in (cache / "hf").iterdir()] == [folder.name]  # no temporary left
+    # no temporary left; the digest is remembered for the next process
+    assert sorted(p.name for p in (cache / "hf").iterdir()) == [folder.name, "digests.json"]
     assert first.eos_ids == frozenset({2, 5}) and first.vocab_size == 11
     assert first.max_positions == 64 and str(first.device) == "cpu"
     clear_model_cache()
@@ -407,6 +408,30 @@ def test_the_conversion_is_cached_and_read_back(
     import hashlib
 
     assert digest == hashlib.sha256(model.read_bytes()).hexdigest()[:16]
+
+
+def test_the_digest_is_remembered_on_disk(
+    tmp_path: Path, hf_stack: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later process reads a large GGUF's digest from ``digests.json`` instead of hashing the
+    file again; a changed file (size or time) is hashed again."""
+    import hashlib
+
+    model = write_gguf(tmp_path / "m.gguf")
+    memo = tmp_path / "hf"
+    first = gguf_files.file_digest(model, memo_dir=memo)
+    assert first == hashlib.sha256(model.read_bytes()).hexdigest()[:16]
+    table = json.loads((memo / "digests.json").read_text())
+    assert list(table.values()) == [first]
+    (memo / "digests.json").write_text(json.dumps({k: "feedfacefeedface" for k in table}))
+    monkeypatch.setattr(gguf_files, "_DIGESTS", {})  # as in a fresh process
+    assert gguf_files.file_digest(model, memo_dir=memo) == "feedfacefeedface"
+    model.write_bytes(model.read_bytes() + b"more")  # another file now
+    assert (
+        gguf_files.file_digest(model, memo_dir=memo)
+        == (hashlib.sha256(model.read_bytes()).hexdigest()[:16])
+    )
+    assert len(json.loads((memo / "digests.json").read_text())) == 2
 
 
 def test_the_cache_can_be_turned_off(

@@ -77,26 +77,48 @@ def hf_cache_enabled() -> bool:
     return os.environ.get(HF_CACHE_ENV, "1").strip().lower() not in _OFF
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
+_DIGESTS: dict[str, str] = {}
+DIGESTS_FILE = "digests.json"
 
 
-def file_digest(path: Path) -> str:
-    """The first 16 hex digits of the sha256 of the file's contents (remembered per process for
-    the same path, size and modification time)."""
+def file_digest(path: Path, memo_dir: Path | None = None) -> str:
+    """The first 16 hex digits of the sha256 of the file's contents.
+
+    Remembered for the same path, size and modification time: in this process, and in
+    ``memo_dir/digests.json`` when given (so a later process does not read a large file again;
+    a memo that cannot be read or written is skipped: the digest is computed)."""
     stat = path.stat()
-    memo = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if memo not in _DIGESTS:
+    memo = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    if memo in _DIGESTS:
+        return _DIGESTS[memo]
+    table: dict[str, str] = {}
+    memo_file = None if memo_dir is None else Path(memo_dir) / DIGESTS_FILE
+    if memo_file is not None:
+        with contextlib.suppress(OSError, ValueError):
+            loaded = json.loads(memo_file.read_text(encoding="utf-8"))
+            table = {str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
+    digest = table.get(memo)
+    if digest is None:
         sha = hashlib.sha256()
         with path.open("rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 sha.update(chunk)
-        _DIGESTS[memo] = sha.hexdigest()[:16]
-    return _DIGESTS[memo]
+        digest = sha.hexdigest()[:16]
+        if memo_file is not None:  # replaced whole, atomically: a reader never sees half a file
+            with contextlib.suppress(OSError):
+                memo_file.parent.mkdir(parents=True, exist_ok=True)
+                tag = f"{os.getpid()}-{threading.get_ident()}"
+                temp = memo_file.with_name(f".{DIGESTS_FILE}.tmp-{tag}")
+                temp.write_text(json.dumps({**table, memo: digest}, sort_keys=True), "utf-8")
+                os.replace(temp, memo_file)
+    _DIGESTS[memo] = digest
+    return digest
 
 
 def conversion_dir(cache_dir: Path, gguf_path: Path, dtype: str | None) -> Path:
     """Where the conversion of ``gguf_path`` in ``dtype`` is cached under ``cache_dir``."""
-    return Path(cache_dir) / "hf" / f"{file_digest(gguf_path)}-{dtype or 'auto'}"
+    root = Path(cache_dir) / "hf"
+    return root / f"{file_digest(gguf_path, memo_dir=root)}-{dtype or 'auto'}"
 
 
 _WARNED: set[str] = set()
