@@ -1,9 +1,10 @@
 """Loading a local model (agents/llm/backends/hf_loading.py and gguf_files.py): once per process
 under concurrency, true one-line errors, and the on-disk cache of a converted GGUF.
 
-The unmarked tests use tiny GGUF files written here with the gguf package and a fake transformers
-reader (``hf_loading.from_pretrained`` monkeypatched); the ``slow`` ones load the real
-SmolLM2-135M GGUF found by ``tests/real_model_utils.py``. Every cache lives in ``tmp_path``.
+The unmarked tests use tiny GGUF files written here with the gguf package and a fake
+transformers reader (``hf_loading.from_pretrained`` monkeypatched); the ``slow`` and
+``real_model`` ones load the real SmolLM2-135M GGUF found by ``tests/real_model_utils.py``.
+Every cache lives in ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -506,6 +507,7 @@ def test_concurrent_writers_leave_one_complete_folder(tmp_path: Path) -> None:
 
 
 def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert os.environ.get("GPUMARKET_CACHE_DIR")  # conftest: never the user's ~/.cache in tests
     monkeypatch.delenv("GPUMARKET_CACHE_DIR", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert hf_loading.default_cache_dir() == Path.home() / ".cache" / "gpumarket"
@@ -544,6 +546,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.real_model
 def test_real_model_cached_conversion_gives_the_same_logits(
     real: dict[str, Any], record_property: Any
 ) -> None:
@@ -618,6 +621,7 @@ CONCURRENT = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.real_model
 def test_real_model_concurrent_first_loads_in_a_fresh_process(real: dict[str, Any]) -> None:
     """8 threads and 2 asyncio loops load two keys of the real model at once in a fresh
     interpreter, where transformers' lazy imports happen (unserialised, two such loads failed
