@@ -446,6 +446,23 @@ def test_the_cache_can_be_turned_off(
     assert not (tmp_path / "c").exists() and loaded.cache_path is None and loaded.notes == ()
 
 
+def test_no_home_folder_means_no_cache(
+    tmp_path: Path,
+    hf_stack: None,
+    fake_reader: list[tuple[str, str | None]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("GPUMARKET_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", no_home)
+    loaded = load_model(ModelKey.of(write_gguf(tmp_path / "m.gguf")))
+    assert loaded.model is not None and loaded.cache_path is None
+    assert fake_reader == [(str(tmp_path.resolve()), "m.gguf")]
+
+
 def test_an_unwritable_cache_is_a_warning_once(
     tmp_path: Path,
     hf_stack: None,

@@ -7,7 +7,8 @@
 model and tokenizer classes lazily, and two threads importing them at the same time can see a
 half-initialised module (an ``ImportError`` that is not a missing package). With ``shared``
 (the default) the first load of a key is kept: every later call, from any thread, asyncio loop
-or episode, returns the same object without waiting for the lock. A failed load is remembered
+or episode, returns the same object without waiting for the lock. Code that imports transformers
+lazily elsewhere (e.g. while decoding) should hold :data:`LOAD_LOCK` for the import too. A failed load is remembered
 too: the same key raises the same :class:`ModelLoadError` at once until
 :func:`clear_model_cache`. ``shared=False`` loads a private copy (still under the lock).
 
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.llm.backends.gguf_files import (
+    CACHE_DIR_ENV,
     MARKER,
     ModelLoadError,
     check_gguf,
@@ -405,7 +407,13 @@ def load_model(key: ModelKey, *, shared: bool = True, cache_dir: Path | None = N
         loaded = _lookup(key, shared)  # another thread may have loaded it while we waited
         if loaded is not None:
             return loaded
-        folder = default_cache_dir() if cache_dir is None else Path(cache_dir)
+        try:
+            folder: Path | None = default_cache_dir() if cache_dir is None else Path(cache_dir)
+        except RuntimeError as exc:  # no home folder to put ~/.cache in
+            folder = None
+            warn_once(
+                Path("~"), f"no GGUF conversion cache ({error_reason(exc)}); set {CACHE_DIR_ENV}"
+            )
         try:
             loaded = load_uncached(key, folder)
         except ModelLoadError as exc:
