@@ -1,10 +1,11 @@
 """pytest hooks: the --all-scenarios option and the sweeps it widens, a check that the tests
-write nothing into the checkout, and a lock that lets one real-model test run at a time. Shared
+write nothing into the checkout (the local-model cache goes to a temporary folder), and a lock that lets one real-model test run at a time. Shared
 helpers live in ``support.py``."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,9 +48,19 @@ def _outputs_in_checkout() -> set[str]:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_outputs_key] = _outputs_in_checkout()
+    # the local-model conversion cache (agents/llm/backends/hf_loading.py) goes to a temporary
+    # folder of this session, not the user's ~/.cache, unless the caller chose one
+    if not os.environ.get("GPUMARKET_CACHE_DIR"):
+        folder = tempfile.mkdtemp(prefix="gpumarket-test-cache-")
+        os.environ["GPUMARKET_CACHE_DIR"] = folder
+        session.config.stash[_cache_key] = folder
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    cache = session.config.stash.get(_cache_key, None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+        os.environ.pop("GPUMARKET_CACHE_DIR", None)
     new = _outputs_in_checkout() - session.config.stash.get(_outputs_key, set())
     if new and not hasattr(session.config, "workerinput"):  # report once, from the controller
         print(
@@ -60,6 +71,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _outputs_key = pytest.StashKey[set[str]]()
+_cache_key = pytest.StashKey[str]()
 
 
 # --- one real model at a time ----------------------------------------------------------------
