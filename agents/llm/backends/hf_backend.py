@@ -27,9 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib.util
-import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,98 +39,35 @@ from agents.llm.backends.hf_engine import (
     GenerationRequest,
     GenerationResult,
 )
-
-TORCH_PIN = "torch==2.13.0"
-INSTALL_HINT = (
-    f"the in-process HF backend needs the [hf] extra: pip install '{TORCH_PIN}' first (the CPU "
-    "build), then pip install 'gpumarket[hf]'"
+from agents.llm.backends.hf_loading import (
+    LOAD_LOCK,
+    LoadedModel,
+    ModelKey,
+    load_model,
+    require_hf_extra,
 )
-_REQUIRED_MODULES = ("torch", "transformers", "xgrammar")
-_GGUF_HINT = "loading a .gguf file also needs the gguf package (pip install 'gpumarket[hf]')"
-
 
 #: request parameters this backend cannot honour (dropped and listed in ``extra["degraded"]``)
 UNSUPPORTED: tuple[str, ...] = ("tools", "tool_choice", "reasoning_effort", "logprobs")
 
 
-def _missing_modules(names: tuple[str, ...]) -> list[str]:
-    missing = []
-    for name in names:
-        try:
-            if importlib.util.find_spec(name) is None:
-                missing.append(name)
-        except (ImportError, ValueError):
-            missing.append(name)
-    return missing
-
-
-def require_hf_extra(gguf: bool = False) -> None:
-    """Raise ``ModuleNotFoundError`` with the install line when the [hf] extra is missing."""
-    missing = _missing_modules(_REQUIRED_MODULES + (("gguf",) if gguf else ()))
-    if missing:
-        hint = f"{INSTALL_HINT}; {_GGUF_HINT}" if missing == ["gguf"] else INSTALL_HINT
-        raise ModuleNotFoundError(f"missing {', '.join(missing)}: {hint}", name=missing[0])
-
-
-def resolve_model_path(path: str | Path, gguf_file: str | None = None) -> tuple[str, str | None]:
-    """``(directory or Hub id, gguf file name or None)`` from a directory, .gguf path or Hub id."""
-    p = Path(path).expanduser()
-    if p.is_file():
-        if gguf_file is not None and gguf_file != p.name:
-            raise ValueError(f"path {str(p)!r} is a file but gguf_file={gguf_file!r} is another")
-        if p.suffix.lower() != ".gguf":
-            raise ValueError(
-                f"path {str(p)!r} is a file but not a .gguf; pass a model directory or a .gguf file"
+def engine_of(loaded: LoadedModel, max_batch: int, window_s: float) -> BatchEngine:
+    """The one engine of a loaded model (made by the first caller, with its batch settings)."""
+    # the engine imports xgrammar and transformers' generation classes: not while another thread
+    # loads a model (lazy imports are not thread-safe, see hf_loading)
+    with LOAD_LOCK, loaded.state_lock:
+        engine = loaded.state.get("engine")
+        if engine is None:
+            engine = loaded.state["engine"] = BatchEngine(
+                loaded.model,
+                loaded.tokenizer,
+                loaded.device,
+                loaded.eos_ids,
+                loaded.vocab_size,
+                max_batch=max_batch,
+                window_s=window_s,
             )
-        return str(p.parent.resolve()), p.name
-    if p.is_dir():
-        if gguf_file is not None and not (p / gguf_file).is_file():
-            raise ValueError(f"gguf_file {gguf_file!r} is not in {str(p)!r}")
-        return str(p.resolve()), gguf_file
-    if str(path).lower().endswith(".gguf") or p.is_absolute() or str(path).startswith((".", "~")):
-        raise ValueError(f"model path {str(path)!r} does not exist")
-    return str(path), gguf_file  # a Hub model id: loads from the local cache or the Hub
-
-
-@dataclass
-class _LoadedModel:
-    """A model and tokenizer, and the batching engine that decodes on them."""
-
-    model: Any
-    tokenizer: Any
-    device: Any
-    eos_ids: frozenset[int]
-    max_positions: int | None
-    vocab_size: int
-    engine: BatchEngine | None = None
-    engine_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def get_engine(self, max_batch: int, window_s: float) -> BatchEngine:
-        """The model's one engine (created by the first caller, with its batching settings)."""
-        with self.engine_lock:
-            if self.engine is None:
-                self.engine = BatchEngine(
-                    self.model,
-                    self.tokenizer,
-                    self.device,
-                    self.eos_ids,
-                    self.vocab_size,
-                    max_batch=max_batch,
-                    window_s=window_s,
-                )
-            return self.engine
-
-
-_CACHE_GUARD = threading.Lock()
-_MODEL_CACHE: dict[tuple[Any, ...], _LoadedModel] = {}
-
-
-def clear_model_cache() -> int:
-    """Drop the shared loaded models (freed once no backend holds them); returns how many."""
-    with _CACHE_GUARD:
-        n = len(_MODEL_CACHE)
-        _MODEL_CACHE.clear()
-    return n
+        return engine  # type: ignore[no-any-return]
 
 
 class HFBackend:
@@ -180,7 +114,8 @@ class HFBackend:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if timeout is not None and float(timeout) <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout}")
-        self.source, self.gguf_file = resolve_model_path(path, gguf_file)
+        self.key = ModelKey.of(path, gguf_file, device, dtype, trust_remote_code)
+        self.source, self.gguf_file = self.key.source, self.key.gguf_file
         require_hf_extra(gguf=self.gguf_file is not None)
         self.path = str(path)
         self.device = str(device)
@@ -200,98 +135,24 @@ class HFBackend:
         self.trust_remote_code = bool(trust_remote_code)
         default_name = Path(self.gguf_file).stem if self.gguf_file else Path(self.source).name
         self.model = str(model_name or default_name)
-        self._loaded: _LoadedModel | None = None
-        self._load_error: str | None = None
-        self._init_lock = threading.Lock()
+        self._loaded: LoadedModel | None = None
         self._generator: Any = None
         self.calls = 0
         if preload:
             self.load()
 
     # --- loading ---------------------------------------------------------------------------
-    def _dtype_name(self) -> str | None:
-        if self.dtype is None:
-            return None
-        return self.dtype if isinstance(self.dtype, str) else str(self.dtype).removeprefix("torch.")
-
-    def _cache_key(self) -> tuple[Any, ...]:
-        return (
-            self.source,
-            self.gguf_file,
-            self.device,
-            self._dtype_name(),
-            self.trust_remote_code,
-        )
-
     def load(self) -> HFBackend:
         """Load the tokenizer and weights now (otherwise the first call does). Idempotent."""
         self._get_loaded()
         return self
 
-    def _get_loaded(self) -> _LoadedModel:
-        if self._loaded is not None:
-            return self._loaded
-        with self._init_lock:
-            if self._loaded is not None:
-                return self._loaded
-            if self._load_error is not None:  # do not retry a slow failing load on every call
-                raise BackendError(self._load_error)
-            key = self._cache_key()
-            if self.share_model:
-                with _CACHE_GUARD:
-                    loaded = _MODEL_CACHE.get(key)
-                if loaded is None:
-                    loaded = self._load_model()
-                    with _CACHE_GUARD:
-                        loaded = _MODEL_CACHE.setdefault(key, loaded)
-            else:
-                loaded = self._load_model()
-            self._loaded = loaded
-            return loaded
-
-    def _load_model(self) -> _LoadedModel:
-        where = f"{self.source}" + (f" (gguf_file={self.gguf_file})" if self.gguf_file else "")
-        try:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError as exc:
-            raise ModuleNotFoundError(f"{INSTALL_HINT} ({exc})", name=exc.name) from None
-        error: str | None = None
-        try:
-            kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
-            if self.gguf_file:
-                kwargs["gguf_file"] = self.gguf_file
-            tokenizer = AutoTokenizer.from_pretrained(self.source, **kwargs)
-            model_kwargs = dict(kwargs)
-            if self.dtype is not None:
-                named = isinstance(self.dtype, str) and self.dtype != "auto"
-                model_kwargs["dtype"] = getattr(torch, self.dtype) if named else self.dtype
-            model = AutoModelForCausalLM.from_pretrained(self.source, **model_kwargs)
-            device = torch.device(self.device)
-            model.to(device)
-            model.eval()
-            eos: set[int] = set()
-            config_eos = getattr(model.generation_config, "eos_token_id", None)
-            for value in (tokenizer.eos_token_id, config_eos):
-                if isinstance(value, int):
-                    eos.add(value)
-                elif isinstance(value, list | tuple):
-                    eos.update(int(v) for v in value)
-            max_positions = getattr(model.config, "max_position_embeddings", None)
-            return _LoadedModel(
-                model=model,
-                tokenizer=tokenizer,
-                device=device,
-                eos_ids=frozenset(eos),
-                max_positions=int(max_positions) if max_positions else None,
-                vocab_size=int(model.config.vocab_size),
-            )
-        except ImportError as exc:  # e.g. gguf missing, raised by transformers at load time
-            error = f"cannot load {where}: {exc}; {INSTALL_HINT}"
-        except Exception as exc:  # mapped below, outside the handler, so no chained context
-            error = f"cannot load {where}: {type(exc).__name__}: {exc}"
-        self._load_error = error[:2000]
-        raise BackendError(self._load_error)
+    def _get_loaded(self) -> LoadedModel:
+        """The loaded model (once per process per key, see :mod:`.hf_loading`); a load failure
+        is a :class:`BackendError` (a ``ModelLoadError``) with the user's fix."""
+        if self._loaded is None:
+            self._loaded = load_model(self.key, shared=self.share_model)
+        return self._loaded
 
     # --- prompting -------------------------------------------------------------------------
     def _render(self, tokenizer: Any, messages: list[dict[str, Any]]) -> str:
@@ -380,7 +241,7 @@ class HFBackend:
             stop=p["stop"],
             timeout=None if timeout is None else float(timeout),
         )
-        engine = loaded.get_engine(self.max_batch, self.batch_window_ms / 1000.0)
+        engine = engine_of(loaded, self.max_batch, self.batch_window_ms / 1000.0)
         return engine, request
 
     def _submit(
@@ -408,9 +269,14 @@ class HFBackend:
         }
         if outcome.stopped_by:
             extra["stopped_by"] = outcome.stopped_by
-        dropped = [k for k in UNSUPPORTED if params.get(k) is not None]
-        if dropped:  # recorded, never silent: the agent counts these
-            extra["degraded"] = [f"{k} not supported by the hf backend: not used" for k in dropped]
+        degraded = [f"{k} not supported by the hf backend: not used" for k in UNSUPPORTED]
+        degraded = [
+            d for k, d in zip(UNSUPPORTED, degraded, strict=True) if params.get(k) is not None
+        ]
+        if self._loaded is not None:
+            degraded.extend(self._loaded.notes)  # e.g. a conversion cache that was not written
+        if degraded:  # recorded, never silent: the agent counts these
+            extra["degraded"] = degraded
         return Completion(
             text=outcome.text,
             model=self.model,
@@ -482,9 +348,5 @@ class HFBackend:
     def __getstate__(self) -> dict[str, Any]:
         # picklable for process pools: the model reloads (once per process) on the other side
         state = self.__dict__.copy()
-        state.update(_loaded=None, _init_lock=None, _generator=None)
+        state.update(_loaded=None, _generator=None)
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._init_lock = threading.Lock()

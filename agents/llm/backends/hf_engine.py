@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: how long the worker waits for more requests after the first one of a batch (seconds)
 DEFAULT_WINDOW_S = 0.005
@@ -37,6 +40,45 @@ DEFAULT_WINDOW_S = 0.005
 DEFAULT_MAX_BATCH = 32
 #: compiled grammars kept per model (one per distinct schema: a phase's legal actions)
 GRAMMAR_CACHE = 256
+
+
+#: longest string the grammar lets a model write where the schema sets no bound: ids and seat
+#: names (a property named ``*_id``, ``to``, ``target``, ``members``) and other text
+MAX_ID_CHARS = 24
+MAX_TEXT_CHARS = 300
+#: most items of an array the schema does not bound
+MAX_ITEMS = 64
+_ID_NAMES = frozenset({"to", "target", "members"})
+
+
+def bounded(schema: Any, name: str = "") -> Any:
+    """``schema`` with a length bound on every string and array that has none.
+
+    A small model under a grammar otherwise fills an id with digits until the token limit cuts
+    the reply off (``"offer_id": "123456789012..."``): the reply is valid so far but never ends.
+    Real ids and seat names are short, and free text past a few hundred characters is noise in a
+    negotiation, so strings get :data:`MAX_ID_CHARS` (id-like names) or :data:`MAX_TEXT_CHARS`,
+    arrays :data:`MAX_ITEMS`. Strings fixed by ``enum``, ``const`` or ``pattern`` are left alone.
+    """
+    if isinstance(schema, list):
+        return [bounded(item, name) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {prop: bounded(sub, prop) for prop, sub in value.items()}
+        elif key in ("$defs", "definitions") and isinstance(value, dict):
+            out[key] = {ref: bounded(sub) for ref, sub in value.items()}
+        else:
+            out[key] = bounded(value, name)
+    fixed = any(k in out for k in ("enum", "const", "pattern"))
+    if out.get("type") == "string" and "maxLength" not in out and not fixed:
+        id_like = name.endswith("_id") or name in _ID_NAMES
+        out["maxLength"] = MAX_ID_CHARS if id_like else MAX_TEXT_CHARS
+    if out.get("type") == "array" and "maxItems" not in out:
+        out["maxItems"] = MAX_ITEMS
+    return out
 
 
 class EngineCancelled(Exception):
@@ -77,6 +119,17 @@ class GenerationResult:
     decode_s: float
 
 
+def _settle(future: concurrent.futures.Future[Any], outcome: Any) -> None:
+    """Resolve a caller's future unless the caller cancelled it already (then nobody waits)."""
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
 class _Row:
     """A request's decoding state inside a batch."""
 
@@ -114,6 +167,11 @@ class BatchEngine:
         self.max_batch = int(max_batch)
         self.window_s = max(0.0, float(window_s))
         self.pad_id = self._pad_id()
+        import xgrammar as xgr  # type: ignore[import-not-found]
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+        self.xgr = xgr
+        self._generation = (GenerationConfig, LogitsProcessorList, StoppingCriteriaList)
         self._queue: list[GenerationRequest] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -131,16 +189,15 @@ class BatchEngine:
 
     # --- grammars --------------------------------------------------------------------------
     def grammar(self, schema: dict[str, Any]) -> Any:
-        """The compiled xgrammar grammar of a JSON schema (compact JSON; cached per schema)."""
-        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        """The compiled xgrammar grammar of a JSON schema (:func:`bounded`; cached per schema)."""
+        key = json.dumps(bounded(schema), sort_keys=True, separators=(",", ":"))
         with self._grammar_lock:
             hit = self._grammars.get(key)
             if hit is not None:
                 self._grammars.move_to_end(key)
                 return hit
             if self._compiler is None:
-                import xgrammar as xgr  # type: ignore[import-not-found]
-
+                xgr = self.xgr
                 info = xgr.TokenizerInfo.from_huggingface(
                     self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=sorted(self.eos_ids)
                 )
@@ -179,36 +236,36 @@ class BatchEngine:
             batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
         live = []
         for request in batch:
-            if request.cancel.is_set():
-                request.future.set_exception(EngineCancelled())
+            if request.cancel.is_set() or request.future.cancelled():
+                _settle(request.future, EngineCancelled())
             else:
                 live.append(request)
         return live
 
     def _serve(self) -> None:
         while True:
-            batch = self._take_batch()
-            if not batch:
-                continue
             try:
-                results = self.decode(batch)
-            except Exception as exc:  # out of memory, a torch error: every row of the batch fails
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-                continue
-            for request, outcome in zip(batch, results, strict=True):
-                if isinstance(outcome, BaseException):
-                    request.future.set_exception(outcome)
-                else:
-                    request.future.set_result(outcome)
+                self._serve_one()
+            except BaseException:  # never let the worker die: every later call would hang
+                log.exception("the hf engine's batch loop failed; it goes on with the next batch")
+
+    def _serve_one(self) -> None:
+        batch = self._take_batch()
+        if not batch:
+            return
+        try:
+            results: list[GenerationResult | BaseException] = list(self.decode(batch))
+        except Exception as exc:  # out of memory, a torch error: every row of the batch fails
+            results = [exc] * len(batch)
+        for request, outcome in zip(batch, results, strict=True):
+            _settle(request.future, outcome)
 
     # --- decoding --------------------------------------------------------------------------
     def decode(self, batch: list[GenerationRequest]) -> list[GenerationResult | BaseException]:
         """Decode ``batch`` together with ``generate`` (see the module docstring)."""
         import torch
-        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
+        GenerationConfig, LogitsProcessorList, StoppingCriteriaList = self._generation  # noqa: N806
         start = time.perf_counter()
         rows = [
             _Row(
@@ -264,9 +321,7 @@ class BatchEngine:
     def _matcher(self, schema: dict[str, Any] | None) -> Any:
         if schema is None:
             return None
-        import xgrammar as xgr
-
-        return xgr.GrammarMatcher(self.grammar(schema), terminate_without_stop_token=True)
+        return self.xgr.GrammarMatcher(self.grammar(schema), terminate_without_stop_token=True)
 
     def text(self, row: _Row) -> str:
         if row.text_cache is None:
@@ -278,15 +333,12 @@ class _RowLogits:
     """``generate``'s logits processor: per-row penalty, grammar mask and seeded sampling."""
 
     def __init__(self, engine: BatchEngine, rows: list[_Row]) -> None:
-        import xgrammar as xgr
-
         self.engine, self.rows = engine, rows
-        self.bitmask = xgr.allocate_token_bitmask(len(rows), engine.vocab_size)
+        self.bitmask = engine.xgr.allocate_token_bitmask(len(rows), engine.vocab_size)
         self.on_cpu = str(engine.device).startswith("cpu")
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
-        import xgrammar as xgr
 
         constrained = []
         for i, row in enumerate(self.rows):
@@ -302,7 +354,7 @@ class _RowLogits:
                 constrained.append(i)
         if constrained:
             bitmask = self.bitmask if self.on_cpu else self.bitmask.to(scores.device)
-            xgr.apply_token_bitmask_inplace(
+            self.engine.xgr.apply_token_bitmask_inplace(
                 scores,
                 bitmask,
                 vocab_size=self.engine.vocab_size,
@@ -374,7 +426,7 @@ class _RowStops:
                 return
         if len(row.tokens) >= request.max_new:
             row.done = True  # finish stays "length"
-        elif request.cancel.is_set():
+        elif request.cancel.is_set() or request.future.cancelled():
             row.failure, row.done = EngineCancelled(), True
         elif row.deadline is not None and now > row.deadline:
             row.failure = TimeoutError(
