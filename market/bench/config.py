@@ -74,6 +74,7 @@ class BenchConfig:
     llm_latency_ms: float = 50.0
     llm_hf: str | None = None  # a local model for the in-process transformers backend
     llm_device: str = "cpu"
+    llm_dtype: str | None = None  # the model's dtype (None: the checkpoint's)
     serve_sessions: int = 64  # concurrent remote-seat clients of the served-matches load test
     serve_decisions: int = 20  # remote decisions per client
     serve_scenario: str = "market_round"
@@ -218,6 +219,9 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     )
     bench.add_argument(
         "--llm-device", default="cpu", help="llm: the torch device of --llm-hf (cpu, cuda, ...)"
+    )
+    bench.add_argument(
+        "--llm-dtype", help="llm: the dtype of --llm-hf (float32, bfloat16; default: the model's)"
     )
     bench.add_argument(
         "--llm-latency-ms",

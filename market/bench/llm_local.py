@@ -139,13 +139,16 @@ def run_local_llm_bench(
     concurrency: Sequence[int] = (1, 8, 32),
     decisions_per_slot: int = 8,
     episode_labs: int = 8,
+    dtype: str | None = None,
 ) -> dict[str, Any]:
     """The figures of this module's docstring for the model at ``path`` on ``device``."""
     from agents.llm.backends.hf_backend import HFBackend
     from market.bench.llm import bench_observations
 
     load = time.perf_counter()
-    backend = HFBackend(path, device=device, max_new_tokens=MAX_TOKENS, max_batch=max(concurrency))
+    backend = HFBackend(
+        path, device=device, dtype=dtype, max_new_tokens=MAX_TOKENS, max_batch=max(concurrency)
+    )
     backend.load()
     load = time.perf_counter() - load
     tally = _Tally(backend)
@@ -167,6 +170,7 @@ def run_local_llm_bench(
     return {
         "model": backend.model,
         "device": device,
+        "dtype": dtype or "model's",
         "load_s": round(load, 1),
         **out,
         "episode_ratio": round(many["seconds"] / max(1e-9, one["seconds"]), 2),
@@ -182,10 +186,11 @@ def section_local_llm(config: BenchConfig) -> SectionResult:
             config.llm_device,
             config.llm_concurrency,
             max(1, config.llm_decisions_per_slot // 2),
+            dtype=config.llm_dtype,
         )
     except (ImportError, ValueError, OSError) as exc:
         raise SectionSkipped(f"--llm-hf {config.llm_hf}: {exc}") from None
-    context = {"model": report["model"], "device": report["device"]}
+    context = {"model": report["model"], "device": report["device"], "dtype": report["dtype"]}
     result = SectionResult(details=report)
     for r in report["rows"]:
         c = r["concurrency"]

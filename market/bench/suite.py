@@ -260,12 +260,15 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         llm_model=args.llm_model,
         llm_hf=args.llm_hf,
         llm_device=args.llm_device,
+        llm_dtype=args.llm_dtype,
     )
     if args.quick:
         config = quick_config(config)
         if args.seconds != 2.0:  # an explicit --seconds wins over the quick budget
             config = replace(config, seconds=args.seconds)
     elif args.llm_base_url:  # a real model answers in ~0.1-1 s, not 50 ms: fewer decisions
+        config = replace(config, llm_decisions_per_slot=4)
+    elif args.llm_hf and args.llm_device == "cpu":  # seconds per decision on a CPU
         config = replace(config, llm_decisions_per_slot=4)
     if args.llm_latency_ms is not None:
         config = replace(config, llm_latency_ms=args.llm_latency_ms)
