@@ -174,12 +174,25 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
             f"n log n reference exponent over n in {clearing['fit_sizes']}: "
             f"{clearing['nlogn_exponent']:.3f}"
         )
-    for row in (report["details"].get("llm") or {}).get("rows", []):
-        if row["fallbacks"] or row["backend_errors"]:
+    llm = report["details"].get("llm") or {}
+    for row in llm.get("rows", []):
+        if row["fallbacks"] or row.get("backend_errors"):
+            why = (
+                f"{row['length_cutoffs']} cut off by the token limit"
+                if "length_cutoffs" in row
+                else f"{row['backend_errors']} backend error(s)"
+            )
             console.print(
                 f"[yellow]llm at concurrency {row['concurrency']}: {row['fallbacks']} "
-                f"fallback(s), {row['backend_errors']} backend error(s)[/yellow]"
+                f"fallback(s), {why}[/yellow]"
             )
+    if "episode" in llm:
+        one, many = llm["episode"]
+        console.print(
+            f"llm episode (market_round, 8 labs): {many['llm_seats']} LLM seats "
+            f"{many['seconds']:g} s vs 1 LLM seat {one['seconds']:g} s "
+            f"({llm['episode_ratio']:g}x)"
+        )
     for section, reason in report["skipped"].items():
         console.print(f"[yellow]skipped {section}[/yellow]: {reason}")
     for t in report["targets"]:
@@ -206,6 +219,8 @@ def _console() -> Any:
 def _llm_note(details: dict[str, Any] | None) -> str:
     if not details:
         return "LLM decisions/s"
+    if "server" not in details:  # a local model through the transformers backend
+        return f"local model {details['model']} on {details['device']} ({details['dtype']})"
     if details["server"] == "fake":
         return (
             f"fake OpenAI-compatible server, fixed {details['latency_ms']:g} ms latency: "

@@ -75,6 +75,7 @@ class BenchConfig:
     llm_hf: str | None = None  # a local model for the in-process transformers backend
     llm_device: str = "cpu"
     llm_dtype: str | None = None  # the model's dtype (None: the checkpoint's)
+    llm_episode_labs: int = 8  # labs (each an LLM seat) of the local model's episode figure
     serve_sessions: int = 64  # concurrent remote-seat clients of the served-matches load test
     serve_decisions: int = 20  # remote decisions per client
     serve_scenario: str = "market_round"

@@ -6,7 +6,7 @@ grammar-constrained (:mod:`agents.llm.backends.hf_engine`). A benchmark, not a t
 
 - at each concurrency (1, 8, 32 requests in flight): decisions/s, generated tokens/s, the mean
   rows per decoded batch, parse failures, fallbacks and replies cut off by the token limit;
-- one ``market_round`` episode with 8 labs played through the parallel view (a pass's seats
+- one ``market_round`` episode with 8 labs (``llm_episode_labs``) played through the parallel view (a pass's seats
   decide at once) with 1 LLM seat and with 8 LLM seats (the rest ``truthful``): the wall time of
   each and their ratio.
 """
@@ -186,6 +186,7 @@ def section_local_llm(config: BenchConfig) -> SectionResult:
             config.llm_device,
             config.llm_concurrency,
             max(1, config.llm_decisions_per_slot // 2),
+            episode_labs=config.llm_episode_labs,
             dtype=config.llm_dtype,
         )
     except (ImportError, ValueError, OSError) as exc:

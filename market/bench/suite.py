@@ -266,9 +266,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         config = quick_config(config)
         if args.seconds != 2.0:  # an explicit --seconds wins over the quick budget
             config = replace(config, seconds=args.seconds)
-    elif args.llm_base_url:  # a real model answers in ~0.1-1 s, not 50 ms: fewer decisions
-        config = replace(config, llm_decisions_per_slot=4)
-    elif args.llm_hf and args.llm_device == "cpu":  # seconds per decision on a CPU
+    elif args.llm_base_url or (args.llm_hf and args.llm_device == "cpu"):
+        # a real model answers in ~0.1-1 s (seconds on a CPU), not 50 ms: fewer decisions
         config = replace(config, llm_decisions_per_slot=4)
     if args.llm_latency_ms is not None:
         config = replace(config, llm_latency_ms=args.llm_latency_ms)

@@ -182,6 +182,8 @@ class BatchEngine:
         self.batches = 0
         self.rows = 0
         self.largest_batch = 0
+        #: whether xgrammar's own GPU kernel masks logits (False after it failed once)
+        self.gpu_kernel = True
 
     def _pad_id(self) -> int:
         pad = getattr(self.tokenizer, "pad_token_id", None)
@@ -353,20 +355,34 @@ class _RowLogits:
                 row.matcher.fill_next_token_bitmask(self.bitmask, i)
                 constrained.append(i)
         if constrained:
-            bitmask = self.bitmask if self.on_cpu else self.bitmask.to(scores.device)
-            self.engine.xgr.apply_token_bitmask_inplace(
-                scores,
-                bitmask,
-                vocab_size=self.engine.vocab_size,
-                indices=constrained,
-                backend="cpu" if self.on_cpu else "torch_native",
-            )
+            self._mask(scores, constrained)
         for i, row in enumerate(self.rows):
             if not row.done and row.request.temperature > 0.0:
                 token = _sample(scores[i], row.request)
                 scores[i] = float("-inf")
                 scores[i, token] = 0.0  # generate's arg-max now takes exactly the drawn token
         return scores
+
+    def _mask(self, scores: Any, rows: list[int]) -> None:
+        """Set the logits each row's grammar forbids to -inf: xgrammar's own kernel for the
+        device (CUDA or Triton on a GPU), its portable torch version where that kernel fails."""
+        xgr, vocab = self.engine.xgr, self.engine.vocab_size
+        if self.on_cpu:
+            xgr.apply_token_bitmask_inplace(
+                scores, self.bitmask, vocab_size=vocab, indices=rows, backend="cpu"
+            )
+            return
+        bitmask = self.bitmask.to(scores.device, non_blocking=True)
+        if self.engine.gpu_kernel:
+            try:
+                xgr.apply_token_bitmask_inplace(scores, bitmask, vocab_size=vocab, indices=rows)
+                return
+            except Exception as exc:  # e.g. no compiler for the kernel: the portable one, once
+                self.engine.gpu_kernel = False
+                log.warning("xgrammar's GPU mask kernel failed (%s); using its torch version", exc)
+        xgr.apply_token_bitmask_inplace(
+            scores, bitmask, vocab_size=vocab, indices=rows, backend="torch_native"
+        )
 
 
 def _sample(logits: Any, request: GenerationRequest) -> int:
