@@ -39,6 +39,7 @@ OPTIONAL_EXTRAS = {
     "llama_cpp",
     "peft",
     "tiktoken",
+    "xgrammar",
 }
 # the deprecated module paths kept for one release: thin forwarders, outside the rules
 DEPRECATED = (

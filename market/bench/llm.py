@@ -202,12 +202,8 @@ def spawn_fake_server(latency_ms: float = 0.0) -> Iterator[str]:
 def section_llm(config: BenchConfig) -> SectionResult:
     """Decisions/s through ``LLMAgent.aact`` (see :mod:`market.bench.llm`) at each concurrency,
     against ``llm_base_url`` or, by default, the fake server answering after a fixed latency:
-    that measures the client stack (agent, limiter, openai client, HTTP), not a model. With
-    ``llm_hf`` a local model through the transformers backend (:mod:`market.bench.llm_local`)."""
-    if config.llm_hf:
-        from market.bench.llm_local import section_local_llm
-
-        return section_local_llm(config)
+    that measures the client stack (agent, limiter, openai client, HTTP), not a model. (With
+    ``llm_hf`` the suite runs :func:`market.bench.llm_local.section_local_llm` instead.)"""
     if config.llm_base_url:
         server = {"server": config.llm_base_url, "model": config.llm_model}
         rows = _llm_levels(config, config.llm_base_url)

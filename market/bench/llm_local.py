@@ -22,8 +22,10 @@ from typing import Any
 
 from agents.llm.agent import LLMAgent
 from agents.llm.backends.base import Completion, RequestLimiter
+from agents.llm.backends.hf_backend import HFBackend
 from agents.scripted import TruthfulBidder
 from market.bench.config import BenchConfig, SectionResult, SectionSkipped, metric
+from market.bench.llm import bench_observations
 from market.environment.observations import Observation
 from market.environment.parallel import ParallelMarketEnv
 from scenarios import load_scenario
@@ -142,9 +144,6 @@ def run_local_llm_bench(
     dtype: str | None = None,
 ) -> dict[str, Any]:
     """The figures of this module's docstring for the model at ``path`` on ``device``."""
-    from agents.llm.backends.hf_backend import HFBackend
-    from market.bench.llm import bench_observations
-
     load = time.perf_counter()
     backend = HFBackend(
         path, device=device, dtype=dtype, max_new_tokens=MAX_TOKENS, max_batch=max(concurrency)

@@ -67,6 +67,7 @@ from market.bench.config import (
 )
 from market.bench.expert import TARGET_SHARE, section_expert
 from market.bench.llm import section_llm
+from market.bench.llm_local import section_local_llm
 from market.bench.memory import section_memory
 from market.bench.report import TARGET_EPISODES, TARGET_MB, TARGET_SECONDS, section_report
 from market.bench.serve import section_serve
@@ -94,7 +95,7 @@ RUNNERS: dict[str, Callable[[BenchConfig], SectionResult]] = {
     "memory": section_memory,
     "transcript": section_transcript,
     "report": section_report,
-    "llm": section_llm,
+    "llm": lambda config: section_local_llm(config) if config.llm_hf else section_llm(config),
     "serve": section_serve,
 }
 

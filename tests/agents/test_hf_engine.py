@@ -20,6 +20,8 @@ from pydantic import TypeAdapter, ValidationError
 from real_model_utils import HF_INSTALL, HF_MODULES, require_gguf, require_modules
 
 from agents.llm.backends.base import BackendError
+from agents.llm.backends.hf_backend import engine_of
+from agents.llm.backends.hf_engine import EngineCancelled, GenerationRequest, bounded
 from agents.llm.prompts import legal_action_schema
 from market.bench.llm import bench_observations
 from market.core.actions import ACTION_CLASSES
@@ -118,10 +120,6 @@ def test_the_same_batch_gives_the_same_tokens_and_seeds_repeat(backend: Any) -> 
 
 
 def test_one_rows_stop_string_cancel_and_deadline_leave_the_others_alone(backend: Any) -> None:
-    from agents.llm.backends.hf_engine import EngineCancelled, GenerationRequest
-
-    from agents.llm.backends.hf_backend import engine_of
-
     loaded = backend._get_loaded()
     engine = engine_of(loaded, backend.max_batch, backend.batch_window_ms / 1000)
     ids = loaded.tokenizer("Write a long story about GPUs.", add_special_tokens=False)
@@ -177,3 +175,27 @@ def test_cancelling_an_awaiting_task_stops_its_row(backend: Any) -> None:
 
     other, cancelled = asyncio.run(main())
     assert cancelled and 0 < other.completion_tokens <= 8
+
+
+def test_bounded_gives_unbounded_strings_and_arrays_a_limit_and_leaves_fixed_ones() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "offer_id": {"type": "string"},
+            "to": {"type": "array", "items": {"type": "string"}},
+            "text": {"type": "string"},
+            "kind": {"type": "string", "enum": ["a", "b"]},
+            "code": {"type": "string", "pattern": "[a-z]+"},
+            "short": {"type": "string", "maxLength": 5},
+            "few": {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
+        },
+        "$defs": {"Inner": {"type": "object", "properties": {"job_id": {"type": "string"}}}},
+    }
+    out = bounded(schema)
+    props = out["properties"]
+    assert props["offer_id"]["maxLength"] == 24 and props["text"]["maxLength"] == 300
+    assert props["to"]["maxItems"] == 64 and props["to"]["items"]["maxLength"] == 24
+    assert "maxLength" not in props["kind"] and "maxLength" not in props["code"]
+    assert props["short"]["maxLength"] == 5 and props["few"]["maxItems"] == 3
+    assert out["$defs"]["Inner"]["properties"]["job_id"]["maxLength"] == 24
+    assert "maxLength" not in schema["properties"]["offer_id"]  # the caller's schema is untouched
