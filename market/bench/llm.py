@@ -53,6 +53,20 @@ def bench_observations(n: int = 64, seed: int = 0) -> list[Observation]:
     return out[:n]
 
 
+async def decide_all(
+    agents: Sequence[LLMAgent], observations: Sequence[Observation], decisions: int
+) -> None:
+    """``decisions`` decisions on ``observations`` (cycled), shared out among ``agents``: each
+    agent takes the next one as soon as it is free."""
+    counter = iter(range(decisions))
+
+    async def worker(agent: LLMAgent) -> None:
+        for i in counter:
+            await agent.aact(observations[i % len(observations)])
+
+    await asyncio.gather(*(worker(a) for a in agents))
+
+
 async def _run_level(
     backend: OpenAIBackend, observations: Sequence[Observation], concurrency: int, decisions: int
 ) -> dict[str, Any]:
@@ -61,11 +75,6 @@ async def _run_level(
     agents = [LLMAgent(backend, limiter=limiter, retries=0) for _ in range(workers)]
     for i, agent in enumerate(agents):
         agent.reset(i)
-    counter = iter(range(decisions))
-
-    async def worker(agent: LLMAgent) -> None:
-        for i in counter:
-            await agent.aact(observations[i % len(observations)])
 
     # warm-up: open the connections
     await asyncio.gather(*(a.aact(observations[0]) for a in agents[:concurrency]))
@@ -73,7 +82,7 @@ async def _run_level(
         agent.reset(0)
     limiter.peak_in_flight = 0
     cpu, wall = time.process_time(), time.perf_counter()
-    await asyncio.gather(*(worker(a) for a in agents))
+    await decide_all(agents, observations, decisions)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     stats = {
         k: sum(a.stats[k] for a in agents)

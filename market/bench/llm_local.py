@@ -25,7 +25,7 @@ from agents.llm.backends.base import Completion, RequestLimiter
 from agents.llm.backends.hf_backend import HFBackend
 from agents.scripted import TruthfulBidder
 from market.bench.config import BenchConfig, SectionResult, SectionSkipped, metric
-from market.bench.llm import bench_observations
+from market.bench.llm import bench_observations, decide_all
 from market.environment.observations import Observation
 from market.environment.parallel import ParallelMarketEnv
 from scenarios import load_scenario
@@ -76,15 +76,9 @@ async def _level(
     agents = [_agent(tally, limiter) for _ in range(concurrency)]
     for i, agent in enumerate(agents):
         agent.reset(i)
-    counter = iter(range(decisions))
-
-    async def worker(agent: LLMAgent) -> None:
-        for i in counter:
-            await agent.aact(observations[i % len(observations)])
-
     tally.reset()
     wall = time.perf_counter()
-    await asyncio.gather(*(worker(a) for a in agents))
+    await decide_all(agents, observations, decisions)
     wall = time.perf_counter() - wall
     stats = Counter[str]()
     for agent in agents:
