@@ -136,11 +136,17 @@ def run_local_llm_bench(
     decisions_per_slot: int = 8,
     episode_labs: int = 8,
     dtype: str | None = None,
+    static_cache: bool = False,
 ) -> dict[str, Any]:
     """The figures of this module's docstring for the model at ``path`` on ``device``."""
     load = time.perf_counter()
     backend = HFBackend(
-        path, device=device, dtype=dtype, max_new_tokens=MAX_TOKENS, max_batch=max(concurrency)
+        path,
+        device=device,
+        dtype=dtype,
+        max_new_tokens=MAX_TOKENS,
+        max_batch=max(concurrency),
+        static_cache=static_cache,
     )
     backend.load()
     load = time.perf_counter() - load
@@ -164,6 +170,7 @@ def run_local_llm_bench(
         "model": backend.model,
         "device": device,
         "dtype": dtype or "model's",
+        "static_cache": static_cache,
         "load_s": round(load, 1),
         **out,
         "episode_ratio": round(many["seconds"] / max(1e-9, one["seconds"]), 2),
@@ -181,10 +188,16 @@ def section_local_llm(config: BenchConfig) -> SectionResult:
             max(1, config.llm_decisions_per_slot // 2),
             episode_labs=config.llm_episode_labs,
             dtype=config.llm_dtype,
+            static_cache=config.llm_static_cache,
         )
     except (ImportError, ValueError, OSError) as exc:
         raise SectionSkipped(f"--llm-hf {config.llm_hf}: {exc}") from None
-    context = {"model": report["model"], "device": report["device"], "dtype": report["dtype"]}
+    context = {
+        "model": report["model"],
+        "device": report["device"],
+        "dtype": report["dtype"],
+        "static_cache": report["static_cache"],
+    }
     result = SectionResult(details=report)
     for r in report["rows"]:
         c = r["concurrency"]

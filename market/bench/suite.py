@@ -262,6 +262,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         llm_hf=args.llm_hf,
         llm_device=args.llm_device,
         llm_dtype=args.llm_dtype,
+        llm_static_cache=args.llm_static_cache,
     )
     if args.quick:
         config = quick_config(config)

@@ -199,3 +199,26 @@ def test_bounded_gives_unbounded_strings_and_arrays_a_limit_and_leaves_fixed_one
     assert props["short"]["maxLength"] == 5 and props["few"]["maxItems"] == 3
     assert out["$defs"]["Inner"]["properties"]["job_id"]["maxLength"] == 24
     assert "maxLength" not in schema["properties"]["offer_id"]  # the caller's schema is untouched
+
+
+def test_a_static_kv_cache_decodes_the_same_replies_and_is_reused(gguf: Path) -> None:
+    """``static_cache``: a preallocated KV cache (compiled into CUDA graphs on a GPU; plain on
+    the CPU) decodes the same constrained replies as the growing cache, and a second batch of
+    the same shape reuses the cache."""
+    require_modules(HF_MODULES, HF_INSTALL)
+    from agents.llm.backends.hf_backend import HFBackend
+
+    schema = legal_action_schema(["bid", "wait", "finish"])
+    asks = [_ask(f"Lab {i}: you need {i + 2} GPU blocks. Reply with an action.") for i in range(2)]
+    replies = {}
+    for static in (False, True):
+        backend = HFBackend(path=gguf, max_new_tokens=32, static_cache=static, share_model=False)
+        replies[static] = [backend.complete(m, schema, {}).text for m in asks]
+        again = backend.complete(asks[0], schema, {}).text
+        engine = engine_of(backend._get_loaded(), 32, 0.005)
+        assert engine.static_batches == (3 if static else 0) and again == replies[static][0]
+        if static:
+            assert len(engine._caches) == 1  # one shape (1 row, 512 positions), reused
+    assert replies[True] == replies[False]
+    for text in replies[True]:
+        _parse_action(text, ["bid", "wait", "finish"])

@@ -17,7 +17,7 @@ Greedy decoding is the default (``temperature`` 0 or absent); ``temperature > 0`
 from the constructor's ``seed``). ``top_p``, ``top_k`` and ``repetition_penalty`` apply per call.
 Sampling draws on the CPU, so a seed gives the same draws on any device for the same logits.
 What is reproducible: the same seed gives the same tokens on the same device with the same batch
-composition; another device or batch size can change the logits' last bits (docs/llm-agents.md).
+composition; another device or batch size can change the logits' last bits (docs/llm-seats.md).
 
 ``acomplete`` awaits the engine without holding a thread; if the awaiting task is cancelled (an
 agent timeout) its row stops at its next token and the rest of the batch goes on.
@@ -51,7 +51,9 @@ from agents.llm.backends.hf_loading import (
 UNSUPPORTED: tuple[str, ...] = ("tools", "tool_choice", "reasoning_effort", "logprobs")
 
 
-def engine_of(loaded: LoadedModel, max_batch: int, window_s: float) -> BatchEngine:
+def engine_of(
+    loaded: LoadedModel, max_batch: int, window_s: float, static_cache: bool = False
+) -> BatchEngine:
     """The one engine of a loaded model (made by the first caller, with its batch settings)."""
     # the engine imports xgrammar and transformers' generation classes: not while another thread
     # loads a model (lazy imports are not thread-safe, see hf_loading)
@@ -66,6 +68,7 @@ def engine_of(loaded: LoadedModel, max_batch: int, window_s: float) -> BatchEngi
                 loaded.vocab_size,
                 max_batch=max_batch,
                 window_s=window_s,
+                static_cache=static_cache,
             )
         return engine  # type: ignore[no-any-return]
 
@@ -82,8 +85,10 @@ class HFBackend:
     :class:`BackendError` when exceeded. ``params`` are default sampling parameters merged under
     each call's. ``seed`` seeds the backend's generator for sampled calls without a ``seed``.
     ``constrain`` (default on) decodes calls with a schema under its grammar. ``max_batch`` and
-    ``batch_window_ms`` set how the model's engine batches concurrent calls (the first backend to
-    use a loaded model sets them for every backend sharing it).
+    ``batch_window_ms`` set how the model's engine batches concurrent calls, and
+    ``static_cache`` makes it decode with a preallocated KV cache, which transformers compiles
+    into CUDA graphs on a GPU (the first backend to use a loaded model sets these for every
+    backend sharing it).
 
     The model loads on first use (or with :meth:`load`); with ``share_model`` (default) backends
     with the same (path, gguf_file, device, dtype) share one loaded model and its engine, so an
@@ -106,6 +111,7 @@ class HFBackend:
         constrain: bool = True,
         max_batch: int = DEFAULT_MAX_BATCH,
         batch_window_ms: float = DEFAULT_WINDOW_S * 1000,
+        static_cache: bool = False,
         share_model: bool = True,
         trust_remote_code: bool = False,
         preload: bool = False,
@@ -131,6 +137,7 @@ class HFBackend:
             raise ValueError(f"batch_window_ms must be 0 or more, got {batch_window_ms}")
         self.max_batch = int(max_batch)
         self.batch_window_ms = float(batch_window_ms)
+        self.static_cache = bool(static_cache)
         self.share_model = bool(share_model)
         self.trust_remote_code = bool(trust_remote_code)
         default_name = Path(self.gguf_file).stem if self.gguf_file else Path(self.source).name
@@ -241,7 +248,7 @@ class HFBackend:
             stop=p["stop"],
             timeout=None if timeout is None else float(timeout),
         )
-        engine = engine_of(loaded, self.max_batch, self.batch_window_ms / 1000.0)
+        engine = engine_of(loaded, self.max_batch, self.batch_window_ms / 1000.0, self.static_cache)
         return engine, request
 
     def _submit(

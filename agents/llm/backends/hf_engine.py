@@ -18,12 +18,13 @@ mask) with two hooks of ours, both per row:
 Constrained rows therefore always produce valid JSON of the schema unless they are cut off by the
 length limit. Greedy rows (temperature 0) are deterministic for a given device and batch
 composition; a different batch size or padding can change the last bits of the logits and so,
-rarely, a near-tie between two tokens (see docs/llm-agents.md).
+rarely, a near-tie between two tokens (see docs/llm-seats.md).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import json
 import logging
 import threading
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 DEFAULT_WINDOW_S = 0.005
 #: most requests decoded together
 DEFAULT_MAX_BATCH = 32
+#: a static KV cache's length is a multiple of this (fewer shapes to compile)
+STATIC_CACHE_STEP = 512
+#: static caches kept for reuse (one per batch size and length)
+STATIC_CACHES = 8
 #: compiled grammars kept per model (one per distinct schema: a phase's legal actions)
 GRAMMAR_CACHE = 256
 
@@ -158,6 +163,7 @@ class BatchEngine:
         *,
         max_batch: int = DEFAULT_MAX_BATCH,
         window_s: float = DEFAULT_WINDOW_S,
+        static_cache: bool = False,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -166,12 +172,23 @@ class BatchEngine:
         self.vocab_size = int(vocab_size)
         self.max_batch = int(max_batch)
         self.window_s = max(0.0, float(window_s))
+        self.static_cache = bool(static_cache)
+        self._caches: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        # transformers 5.2x renamed generate's KV-cache argument from past_key_values to cache
+        forward = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward else "past_key_values"
         self.pad_id = self._pad_id()
         import xgrammar as xgr  # type: ignore[import-not-found]
-        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+        from transformers import (
+            GenerationConfig,
+            LogitsProcessorList,
+            StaticCache,
+            StoppingCriteriaList,
+        )
 
         self.xgr = xgr
         self._generation = (GenerationConfig, LogitsProcessorList, StoppingCriteriaList)
+        self._static_cache_class = StaticCache
         self._queue: list[GenerationRequest] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -182,6 +199,8 @@ class BatchEngine:
         self.batches = 0
         self.rows = 0
         self.largest_batch = 0
+        #: batches decoded with a static KV cache
+        self.static_batches = 0
         #: whether xgrammar's own GPU kernel masks logits (False after it failed once)
         self.gpu_kernel = True
 
@@ -290,11 +309,13 @@ class BatchEngine:
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos_ids),
         )
-        with torch.inference_mode():
+        with torch.inference_mode():  # a reused static cache is reset in place: inside it
+            cache = self._static_cache(len(batch), width + config.max_new_tokens)
             self.model.generate(
                 input_ids=ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 generation_config=config,
+                **({} if cache is None else {self._cache_arg: cache}),
                 logits_processor=LogitsProcessorList([_RowLogits(self, rows)]),
                 stopping_criteria=StoppingCriteriaList([_RowStops(self, rows)]),
             )
@@ -319,6 +340,26 @@ class BatchEngine:
                 )
             )
         return out
+
+    def _static_cache(self, rows: int, length: int) -> Any:
+        """With ``static_cache``: a preallocated KV cache for ``rows`` rows, its length rounded up
+        to a multiple of :data:`STATIC_CACHE_STEP` so that few shapes occur (on CUDA,
+        transformers compiles the decode step for a static cache and captures it as CUDA graphs;
+        every new shape compiles once). Caches are reused, at most :data:`STATIC_CACHES` kept."""
+        if not self.static_cache:
+            return None
+        length = -(-length // STATIC_CACHE_STEP) * STATIC_CACHE_STEP
+        key = (rows, length)
+        cache = self._caches.pop(key, None)
+        if cache is None:
+            cache = self._static_cache_class(config=self.model.config, max_cache_len=length)
+        else:
+            cache.reset()
+        self._caches[key] = cache
+        while len(self._caches) > STATIC_CACHES:
+            self._caches.popitem(last=False)
+        self.static_batches += 1
+        return cache
 
     def _matcher(self, schema: dict[str, Any] | None) -> Any:
         if schema is None:
