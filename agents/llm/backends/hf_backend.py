@@ -276,9 +276,10 @@ class HFBackend:
         }
         if outcome.stopped_by:
             extra["stopped_by"] = outcome.stopped_by
-        degraded = [f"{k} not supported by the hf backend: not used" for k in UNSUPPORTED]
         degraded = [
-            d for k, d in zip(UNSUPPORTED, degraded, strict=True) if params.get(k) is not None
+            f"{k} not supported by the hf backend: not used"
+            for k in UNSUPPORTED
+            if params.get(k) is not None
         ]
         if self._loaded is not None:
             degraded.extend(self._loaded.notes)  # e.g. a conversion cache that was not written

@@ -97,6 +97,7 @@ class GenerationRequest:
     prompt_ids: list[int]
     max_new: int
     schema: dict[str, Any] | None = None
+    grammar: Any = None  # the schema's compiled grammar, set by BatchEngine.submit
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -233,7 +234,8 @@ class BatchEngine:
     def submit(self, request: GenerationRequest) -> concurrent.futures.Future[GenerationResult]:
         """Queue a request; its future resolves to a :class:`GenerationResult` or raises."""
         if request.schema is not None:
-            self.grammar(request.schema)  # compile errors belong to the caller, not the batch
+            # compiled here, once: compile errors belong to the caller, not the batch
+            request.grammar = self.grammar(request.schema)
         with self._wake:
             self._queue.append(request)
             if self._thread is None or not self._thread.is_alive():
@@ -291,7 +293,7 @@ class BatchEngine:
         rows = [
             _Row(
                 r,
-                self._matcher(r.schema),
+                self._matcher(r),
                 None if r.timeout is None else start + float(r.timeout),
             )
             for r in batch
@@ -361,10 +363,11 @@ class BatchEngine:
         self.static_batches += 1
         return cache
 
-    def _matcher(self, schema: dict[str, Any] | None) -> Any:
-        if schema is None:
+    def _matcher(self, request: GenerationRequest) -> Any:
+        if request.schema is None:
             return None
-        return self.xgr.GrammarMatcher(self.grammar(schema), terminate_without_stop_token=True)
+        grammar = request.grammar if request.grammar is not None else self.grammar(request.schema)
+        return self.xgr.GrammarMatcher(grammar, terminate_without_stop_token=True)
 
     def text(self, row: _Row) -> str:
         if row.text_cache is None:
