@@ -75,7 +75,9 @@ class BenchConfig:
     llm_hf: str | None = None  # a local model for the in-process transformers backend
     llm_device: str = "cpu"
     llm_dtype: str | None = None  # the model's dtype (None: the checkpoint's)
-    llm_static_cache: bool = False  # the local model decodes with a static (compiled) KV cache
+    llm_static_cache: bool = (
+        False  # the local model decodes into static KV caches (CUDA graphs on a GPU)
+    )
     llm_episode_labs: int = 8  # labs (each an LLM seat) of the local model's episode figure
     serve_sessions: int = 64  # concurrent remote-seat clients of the served-matches load test
     serve_decisions: int = 20  # remote decisions per client
@@ -228,7 +230,7 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "--llm-static-cache",
         action="store_true",
-        help="llm: --llm-hf decodes with a static KV cache (compiled to CUDA graphs on a GPU)",
+        help="llm: --llm-hf decodes into static KV caches (captured CUDA graphs on a GPU)",
     )
     bench.add_argument(
         "--llm-latency-ms",

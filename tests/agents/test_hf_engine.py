@@ -202,9 +202,9 @@ def test_bounded_gives_unbounded_strings_and_arrays_a_limit_and_leaves_fixed_one
 
 
 def test_a_static_kv_cache_decodes_the_same_replies_and_is_reused(gguf: Path) -> None:
-    """``static_cache``: a preallocated KV cache (compiled into CUDA graphs on a GPU; plain on
-    the CPU) decodes the same constrained replies as the growing cache, and a second batch of
-    the same shape reuses the cache."""
+    """``static_cache``: a preallocated KV cache (its step captured as a CUDA graph on a GPU;
+    run eagerly on the CPU) decodes the same constrained replies as the growing cache, and a
+    second batch of the same shape reuses the cache."""
     require_modules(HF_MODULES, HF_INSTALL)
     from agents.llm.backends.hf_backend import HFBackend
 
@@ -218,7 +218,63 @@ def test_a_static_kv_cache_decodes_the_same_replies_and_is_reused(gguf: Path) ->
         engine = engine_of(backend._get_loaded(), 32, 0.005)
         assert engine.static_batches == (3 if static else 0) and again == replies[static][0]
         if static:
-            assert len(engine._caches) == 1  # one shape (1 row, 512 positions), reused
+            assert list(engine._static._slots) == [(1, 512)]  # one shape (1 row), reused
     assert replies[True] == replies[False]
     for text in replies[True]:
         _parse_action(text, ["bid", "wait", "finish"])
+
+
+def test_a_padded_static_batch_decodes_what_the_growing_cache_decodes(backend: Any) -> None:
+    """Three prompts of different lengths in one batch: the static decoder pads them to a slot of
+    4 rows (an idle row) and writes its own masks and positions; the growing decoder drops rows
+    as they finish. Both give every row the same tokens."""
+    from agents.llm.backends.hf_engine import BatchEngine
+
+    loaded = backend._get_loaded()
+    schema = legal_action_schema(["bid", "wait", "finish"])
+    prompts = [
+        _ask("Reply with an action."),
+        _ask(
+            "Lab 2 needs 5 GPU blocks at a price of at most 3 credits each. Reply with an action."
+        ),
+        _ask("You are lab 3. " * 12 + "Reply with an action as JSON."),
+    ]
+    ids = [loaded.tokenizer.apply_chat_template(m, add_generation_prompt=True) for m in prompts]
+    ids = [list(x["input_ids"] if hasattr(x, "keys") else x) for x in ids]
+    assert len({len(x) for x in ids}) == 3
+    tokens = {}
+    for static in (False, True):
+        engine = BatchEngine(
+            loaded.model,
+            loaded.tokenizer,
+            loaded.device,
+            loaded.eos_ids,
+            loaded.vocab_size,
+            static_cache=static,
+        )
+        batch = [
+            GenerationRequest(prompt_ids=x, max_new=24 + 4 * i, schema=schema)
+            for i, x in enumerate(ids)
+        ]
+        for request in batch:
+            request.grammar = engine.grammar(schema)
+        results = engine.decode(batch)
+        tokens[static] = [r.token_ids for r in results]
+        assert all(r.batch == 3 for r in results)
+    assert tokens[True] == tokens[False]
+    assert len({len(t) for t in tokens[False]}) > 1 or any(len(t) < 24 for t in tokens[False])
+
+
+def test_prompt_masks_and_positions_by_hand() -> None:
+    """Left padding: a pad position sees only itself; a real token sees the real tokens up to
+    it; positions count real tokens only; slots hold a power of two of rows."""
+    torch = pytest.importorskip("torch")
+    from agents.llm.backends.hf_decode import bucket, positions, prefill_mask
+
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    assert positions(mask).tolist() == [[0, 0, 1], [0, 1, 2]]
+    full = prefill_mask(mask, 5)
+    assert full.shape == (2, 1, 3, 5)
+    assert full[0, 0].int().tolist() == [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 1, 1, 0, 0]]
+    assert full[1, 0].int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
+    assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 32)] == [1, 2, 4, 8, 8, 16, 32]

@@ -86,8 +86,8 @@ class HFBackend:
     each call's. ``seed`` seeds the backend's generator for sampled calls without a ``seed``.
     ``constrain`` (default on) decodes calls with a schema under its grammar. ``max_batch`` and
     ``batch_window_ms`` set how the model's engine batches concurrent calls, and
-    ``static_cache`` makes it decode with a preallocated KV cache, which transformers compiles
-    into CUDA graphs on a GPU (the first backend to use a loaded model sets these for every
+    ``static_cache`` makes it decode into preallocated KV caches, its step captured as a CUDA
+    graph on a GPU (see ``hf_decode``; the first backend to use a loaded model sets these for every
     backend sharing it).
 
     The model loads on first use (or with :meth:`load`); with ``share_model`` (default) backends

@@ -4,16 +4,18 @@
 :meth:`~BatchEngine.submit` a :class:`GenerationRequest` and get a ``concurrent.futures.Future``.
 The worker gathers requests into a *batch*: it takes the first waiting request, then waits at most
 ``window_s`` for more, up to ``max_batch``; requests arriving while a batch decodes wait for the
-next one. A batch is decoded by transformers' own ``generate`` (KV cache, left padding, attention
-mask) with two hooks of ours, both per row:
+next one. A batch is decoded by a decoder of :mod:`~agents.llm.backends.hf_decode` (the model's
+forward with a KV cache and left padding: transformers' growing cache, or with ``static_cache`` a
+preallocated one whose step is captured as a CUDA graph on a GPU); this module picks the tokens,
+row by row:
 
-- a logits processor (:class:`_RowLogits`) applies the row's repetition penalty, masks every
-  token its JSON-schema grammar forbids (an ``xgrammar`` matcher per row), and for sampled rows
-  draws the token from the row's own ``torch.Generator`` (so ``generate`` itself only ever takes
-  the arg-max and never touches torch's global RNG);
-- a stopping criterion (:class:`_RowStops`) feeds each new token to the row's matcher and ends
-  the row when its JSON object is complete, a stop string appears, its own token limit is reached,
-  its caller cancelled it or its deadline passed.
+- :class:`_Picker` applies the row's repetition penalty, masks every token its JSON-schema grammar
+  forbids (an ``xgrammar`` matcher per row) and takes the arg-max, or for a sampled row draws the
+  token from the row's own ``torch.Generator`` (never torch's global RNG);
+- :meth:`BatchEngine._advance` feeds each new token to the row's matcher and ends the row when
+  its JSON object is complete, a stop string appears, its own token limit is reached, its caller
+  cancelled it or its deadline passed. The other rows go on; a finished row leaves the growing
+  cache at the next step.
 
 Constrained rows therefore always produce valid JSON of the schema unless they are cut off by the
 length limit. Greedy rows (temperature 0) are deterministic for a given device and batch
@@ -33,16 +35,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.llm.backends.hf_decode import GrowingDecoder, StaticDecoder
+
 log = logging.getLogger(__name__)
 
 #: how long the worker waits for more requests after the first one of a batch (seconds)
 DEFAULT_WINDOW_S = 0.005
 #: most requests decoded together
 DEFAULT_MAX_BATCH = 32
-#: a static KV cache's length is a multiple of this (fewer shapes to compile)
-STATIC_CACHE_STEP = 512
-#: static caches kept for reuse (one per batch size and length)
-STATIC_CACHES = 8
 #: compiled grammars kept per model (one per distinct schema: a phase's legal actions)
 GRAMMAR_CACHE = 256
 
@@ -174,22 +174,20 @@ class BatchEngine:
         self.max_batch = int(max_batch)
         self.window_s = max(0.0, float(window_s))
         self.static_cache = bool(static_cache)
-        self._caches: OrderedDict[tuple[int, int], Any] = OrderedDict()
-        # transformers 5.2x renamed generate's KV-cache argument from past_key_values to cache
+        # transformers 5.2x renamed the forward's KV-cache argument from past_key_values to cache
         forward = inspect.signature(model.forward).parameters
-        self._cache_arg = "cache" if "cache" in forward else "past_key_values"
+        cache_arg = "cache" if "cache" in forward else "past_key_values"
         self.pad_id = self._pad_id()
         import xgrammar as xgr  # type: ignore[import-not-found]
-        from transformers import (
-            GenerationConfig,
-            LogitsProcessorList,
-            StaticCache,
-            StoppingCriteriaList,
-        )
 
         self.xgr = xgr
-        self._generation = (GenerationConfig, LogitsProcessorList, StoppingCriteriaList)
-        self._static_cache_class = StaticCache
+        self._growing = GrowingDecoder(model, device, cache_arg)
+        on_cuda = str(device).startswith("cuda")
+        self._static = (
+            StaticDecoder(model, device, cache_arg, self.vocab_size, graphs=on_cuda)
+            if self.static_cache
+            else None
+        )
         self._queue: list[GenerationRequest] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -285,17 +283,12 @@ class BatchEngine:
 
     # --- decoding --------------------------------------------------------------------------
     def decode(self, batch: list[GenerationRequest]) -> list[GenerationResult | BaseException]:
-        """Decode ``batch`` together with ``generate`` (see the module docstring)."""
+        """Decode ``batch`` together: one prefill, then a token per live row per step."""
         import torch
 
-        GenerationConfig, LogitsProcessorList, StoppingCriteriaList = self._generation  # noqa: N806
         start = time.perf_counter()
         rows = [
-            _Row(
-                r,
-                self._matcher(r),
-                None if r.timeout is None else start + float(r.timeout),
-            )
+            _Row(r, self._matcher(r), None if r.timeout is None else start + float(r.timeout))
             for r in batch
         ]
         width = max(len(r.prompt_ids) for r in batch)
@@ -304,23 +297,37 @@ class BatchEngine:
         for i, r in enumerate(batch):  # left padding: every row's last token is at the same column
             ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
             mask[i, width - len(r.prompt_ids) :] = 1
-        config = GenerationConfig(
-            max_new_tokens=max(r.max_new for r in batch),
-            do_sample=False,
-            num_beams=1,
-            pad_token_id=self.pad_id,
-            eos_token_id=sorted(self.eos_ids),
+        max_new = max(r.max_new for r in batch)
+        static = self._static
+        decoder = static if static is not None else self._growing
+        # greedy rows without a penalty: the captured graph masks and picks on the GPU
+        in_graph = (
+            static is not None
+            and static.graphs
+            and all(r.temperature == 0.0 and r.repetition_penalty == 1.0 for r in batch)
         )
-        with torch.inference_mode():  # a reused static cache is reset in place: inside it
-            cache = self._static_cache(len(batch), width + config.max_new_tokens)
-            self.model.generate(
-                input_ids=ids.to(self.device),
-                attention_mask=mask.to(self.device),
-                generation_config=config,
-                **({} if cache is None else {self._cache_arg: cache}),
-                logits_processor=LogitsProcessorList([_RowLogits(self, rows)]),
-                stopping_criteria=StoppingCriteriaList([_RowStops(self, rows)]),
-            )
+        picker = _Picker(self, len(batch))
+        with torch.inference_mode():
+            logits = decoder.prefill(ids, mask, max_new)
+            tokens, fed = picker.pick(logits, rows)
+            for _ in range(max_new):
+                live = decoder.rows
+                now = time.perf_counter()
+                for i, token in zip(live, tokens, strict=True):
+                    if not rows[i].done:
+                        self._advance(rows[i], token, now)
+                keep = [k for k, i in enumerate(live) if not rows[i].done]
+                if not keep:
+                    break
+                if in_graph and static is not None:
+                    picker.fill(static.bits_host, [rows[i] for i in live])
+                    fed = static.step(fed, keep, greedy=True)
+                    tokens = fed.tolist()  # the one device sync of the step
+                else:
+                    logits = decoder.step(fed, keep)
+                    tokens, fed = picker.pick(logits, [rows[i] for i in decoder.rows])
+        if self._static is not None:
+            self.static_batches += 1
         decode_s = time.perf_counter() - start
         self.batches += 1
         self.rows += len(batch)
@@ -343,25 +350,39 @@ class BatchEngine:
             )
         return out
 
-    def _static_cache(self, rows: int, length: int) -> Any:
-        """With ``static_cache``: a preallocated KV cache for ``rows`` rows, its length rounded up
-        to a multiple of :data:`STATIC_CACHE_STEP` so that few shapes occur (on CUDA,
-        transformers compiles the decode step for a static cache and captures it as CUDA graphs;
-        every new shape compiles once). Caches are reused, at most :data:`STATIC_CACHES` kept."""
-        if not self.static_cache:
-            return None
-        length = -(-length // STATIC_CACHE_STEP) * STATIC_CACHE_STEP
-        key = (rows, length)
-        cache = self._caches.pop(key, None)
-        if cache is None:
-            cache = self._static_cache_class(config=self.model.config, max_cache_len=length)
-        else:
-            cache.reset()
-        self._caches[key] = cache
-        while len(self._caches) > STATIC_CACHES:
-            self._caches.popitem(last=False)
-        self.static_batches += 1
-        return cache
+    def _advance(self, row: _Row, token: int, now: float) -> None:
+        """Take a row's new token: end the row on the end token, a complete JSON object, a stop
+        string, its token limit, its caller's cancellation or its deadline."""
+        request = row.request
+        if token in self.eos_ids:
+            row.done, row.finish, row.stopped_by = True, "stop", "eos"
+            return
+        row.tokens.append(token)
+        if row.matcher is not None:
+            if not row.matcher.accept_token(token):  # the mask forbids this: a bug, say so
+                row.failure = RuntimeError(f"the grammar rejected token {token} after masking")
+                row.done = True
+                return
+            if row.matcher.is_terminated():
+                row.done, row.finish, row.stopped_by = True, "stop", "json"
+                return
+        if request.stop:
+            text = str(self.tokenizer.decode(row.tokens, skip_special_tokens=True))
+            hit = min((i for i in (text.find(s) for s in request.stop) if i >= 0), default=-1)
+            if hit >= 0:
+                row.text_cache = text[:hit]
+                row.done, row.finish, row.stopped_by = True, "stop", "stop_sequence"
+                return
+        if len(row.tokens) >= request.max_new:
+            row.done = True  # finish stays "length"
+        elif request.cancel.is_set() or request.future.cancelled():
+            row.failure, row.done = EngineCancelled(), True
+        elif row.deadline is not None and now > row.deadline:
+            row.failure = TimeoutError(
+                f"timed out after {float(request.timeout or 0):g}s "
+                f"({len(row.tokens)} tokens generated)"
+            )
+            row.done = True
 
     def _matcher(self, request: GenerationRequest) -> Any:
         if request.schema is None:
@@ -375,57 +396,72 @@ class BatchEngine:
         return row.text_cache
 
 
-class _RowLogits:
-    """``generate``'s logits processor: per-row penalty, grammar mask and seeded sampling."""
+class _Picker:
+    """Chooses each live row's next token: its repetition penalty, its grammar's mask, then the
+    arg-max, or for a sampled row a draw from its own generator."""
 
-    def __init__(self, engine: BatchEngine, rows: list[_Row]) -> None:
-        self.engine, self.rows = engine, rows
-        self.bitmask = engine.xgr.allocate_token_bitmask(len(rows), engine.vocab_size)
+    def __init__(self, engine: BatchEngine, size: int) -> None:
+        self.engine = engine
+        self.bitmask = engine.xgr.allocate_token_bitmask(size, engine.vocab_size)
         self.on_cpu = str(engine.device).startswith("cpu")
 
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
+    def pick(self, logits: Any, rows: list[_Row]) -> tuple[list[int], Any]:
+        """The tokens of ``rows`` (one per logits row; finished rows get a token nobody reads)
+        as a list and as the device tensor to feed the next step."""
         import torch
 
         constrained = []
-        for i, row in enumerate(self.rows):
+        for k, row in enumerate(rows):
             if row.done:
                 continue
             penalty = row.request.repetition_penalty
             if penalty != 1.0 and row.tokens:
-                seen = torch.tensor(sorted(set(row.tokens)), device=scores.device)
-                picked = scores[i, seen]
-                scores[i, seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
+                seen = torch.tensor(sorted(set(row.tokens)), device=logits.device)
+                picked = logits[k, seen]
+                logits[k, seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
             if row.matcher is not None:
-                row.matcher.fill_next_token_bitmask(self.bitmask, i)
-                constrained.append(i)
+                row.matcher.fill_next_token_bitmask(self.bitmask, k)
+                constrained.append(k)
         if constrained:
-            self._mask(scores, constrained)
-        for i, row in enumerate(self.rows):
+            self._mask(logits, constrained)
+        fed = logits.argmax(dim=-1)
+        tokens = fed.tolist()  # the one device sync of the step
+        drawn = False
+        for k, row in enumerate(rows):
             if not row.done and row.request.temperature > 0.0:
-                token = _sample(scores[i], row.request)
-                scores[i] = float("-inf")
-                scores[i, token] = 0.0  # generate's arg-max now takes exactly the drawn token
-        return scores
+                tokens[k], drawn = _sample(logits[k], row.request), True
+        if drawn:
+            fed = torch.tensor(tokens, dtype=torch.long, device=logits.device)
+        return tokens, fed
 
-    def _mask(self, scores: Any, rows: list[int]) -> None:
+    def fill(self, bits: Any, rows: list[_Row]) -> None:
+        """Write each row's allowed next tokens into row k of ``bits`` (all allowed: -1)."""
+        for k, row in enumerate(rows):
+            if row.done or row.matcher is None:
+                bits[k].fill_(-1)
+            else:
+                row.matcher.fill_next_token_bitmask(bits, k)
+
+    def _mask(self, logits: Any, rows: list[int]) -> None:
         """Set the logits each row's grammar forbids to -inf: xgrammar's own kernel for the
         device (CUDA or Triton on a GPU), its portable torch version where that kernel fails."""
         xgr, vocab = self.engine.xgr, self.engine.vocab_size
         if self.on_cpu:
+            bitmask = self.bitmask[: logits.shape[0]]
             xgr.apply_token_bitmask_inplace(
-                scores, self.bitmask, vocab_size=vocab, indices=rows, backend="cpu"
+                logits, bitmask, vocab_size=vocab, indices=rows, backend="cpu"
             )
             return
-        bitmask = self.bitmask.to(scores.device, non_blocking=True)
+        bitmask = self.bitmask[: logits.shape[0]].to(logits.device, non_blocking=True)
         if self.engine.gpu_kernel:
             try:
-                xgr.apply_token_bitmask_inplace(scores, bitmask, vocab_size=vocab, indices=rows)
+                xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=vocab, indices=rows)
                 return
             except Exception as exc:  # e.g. no compiler for the kernel: the portable one, once
                 self.engine.gpu_kernel = False
                 log.warning("xgrammar's GPU mask kernel failed (%s); using its torch version", exc)
         xgr.apply_token_bitmask_inplace(
-            scores, bitmask, vocab_size=vocab, indices=rows, backend="torch_native"
+            logits, bitmask, vocab_size=vocab, indices=rows, backend="torch_native"
         )
 
 
@@ -445,52 +481,3 @@ def _sample(logits: Any, request: GenerationRequest) -> int:
         scores = scores.index_fill(0, order[drop], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return int(torch.multinomial(probs, 1, generator=request.generator).item())
-
-
-class _RowStops:
-    """``generate``'s stopping criterion: reads each row's new token and ends rows one by one."""
-
-    def __init__(self, engine: BatchEngine, rows: list[_Row]) -> None:
-        self.engine, self.rows = engine, rows
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        last = input_ids[:, -1].tolist()  # the one device sync of the step
-        now = time.perf_counter()
-        for i, row in enumerate(self.rows):
-            if not row.done:
-                self._advance(row, int(last[i]), now)
-        return torch.tensor([row.done for row in self.rows], device=input_ids.device)
-
-    def _advance(self, row: _Row, token: int, now: float) -> None:
-        request = row.request
-        if token in self.engine.eos_ids:
-            row.done, row.finish, row.stopped_by = True, "stop", "eos"
-            return
-        row.tokens.append(token)
-        if row.matcher is not None:
-            if not row.matcher.accept_token(token):  # the mask forbids this: a bug, say so
-                row.failure = RuntimeError(f"the grammar rejected token {token} after masking")
-                row.done = True
-                return
-            if row.matcher.is_terminated():
-                row.done, row.finish, row.stopped_by = True, "stop", "json"
-                return
-        if request.stop:
-            text = str(self.engine.tokenizer.decode(row.tokens, skip_special_tokens=True))
-            hit = min((i for i in (text.find(s) for s in request.stop) if i >= 0), default=-1)
-            if hit >= 0:
-                row.text_cache = text[:hit]
-                row.done, row.finish, row.stopped_by = True, "stop", "stop_sequence"
-                return
-        if len(row.tokens) >= request.max_new:
-            row.done = True  # finish stays "length"
-        elif request.cancel.is_set() or request.future.cancelled():
-            row.failure, row.done = EngineCancelled(), True
-        elif row.deadline is not None and now > row.deadline:
-            row.failure = TimeoutError(
-                f"timed out after {float(request.timeout or 0):g}s "
-                f"({len(row.tokens)} tokens generated)"
-            )
-            row.done = True
