@@ -25,6 +25,7 @@ every key masked gives NaN, and NaN times a zero weight stays NaN in every later
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -302,8 +303,6 @@ class StaticDecoder:
         return graph, logits, greedy
 
     def _time(self, graph: Any, slot: _Slot, done: int, replays: int = 5) -> float:
-        import time
-
         import torch
 
         graph.replay()
