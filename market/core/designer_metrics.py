@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from market.core.coalitions import CoalitionBook
+from market.core.job_table import JobTable
 from market.core.rewards import designer_composite, gini, optimal_welfare, stability
 from market.core.settlement import BidEntry, RoundResult
 from market.core.world import World
@@ -44,6 +45,16 @@ def demand(world: World, active: list[int], reliability: float) -> Demand:
                 owners.append(i)
     return Demand(
         np.array(unit_values), np.array(remaining, dtype=np.int64), np.array(owners, dtype=np.int64)
+    )
+
+
+def table_demand(table: JobTable, reliability: float) -> Demand:
+    """:func:`demand` read off the round close's job table (same entries, same order)."""
+    live = table.runnable(reliability) & (table.progress < table.size)
+    return Demand(
+        table.value[live] / table.size[live],
+        table.size[live] - table.progress[live],
+        table.lab[live],
     )
 
 

@@ -229,8 +229,17 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self._reward(seat, component, float(credits) / self.scenario.rewards.value_unit)
 
     def _lab_rewards(self, events: Iterable[RewardEvent]) -> None:
+        # _lab_reward for each event, inlined: a round close at scale gives thousands
+        labs, unit = self.world.labs, self.scenario.rewards.value_unit
+        rewards, pending, rewarded = self.rewards, self._pending, self.rewarded
         for lab, component, credits in events:
-            self._lab_reward(lab, component, credits)
+            seat, value = labs[lab].seat, float(credits) / unit
+            if seat not in rewards or value == 0.0:
+                continue
+            rewards[seat] += value
+            rewarded.add(seat)
+            mine = pending[seat]
+            mine[component] = mine.get(component, 0.0) + value
 
     def seat_seed(self, agent: str) -> int:
         """The seed for the agent in ``agent``'s seat (derived; reveals nothing about the episode seed)."""
