@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -129,7 +130,9 @@ def clear_round(
     # one canonical row order (labs by index, then coalitions by id), so that payments, budgets
     # and revenue come out bit-identical whatever order the caller listed the bids in
     entries = sorted(
-        entries, key=lambda e: (e.coalition_id is not None, e.coalition_id or "", e.lab)
+        (e for e in entries if e.coalition_id is None), key=attrgetter("lab")
+    ) + sorted(
+        (e for e in entries if e.coalition_id is not None), key=attrgetter("coalition_id", "lab")
     )
     reserve = max(mechanism.reserve_price, float(world.energy_floor[now]))
     capacity = int(world.capacity[now])
@@ -179,8 +182,8 @@ def clear_round(
             matrix, auctioned, mechanism.auction_type, reserve, row_priority, lottery_rng
         )
         result.price = float(outcome.price)
-        alloc = [int(a) for a in np.asarray(outcome.alloc).tolist()]
-        payments = [float(p) for p in np.asarray(outcome.payments).tolist()]
+        alloc = np.asarray(outcome.alloc).astype(np.int64).tolist()
+        payments = np.asarray(outcome.payments).astype(np.float64).tolist()
         result.sold = sum(alloc)
         revenue = 0.0
         for payment in payments:  # in row order, as the auction's rows are
@@ -202,30 +205,30 @@ def clear_round(
             for member, got in split_blocks(coalition, blocks).items():
                 issue_blocks(world, member, now, got)
                 result.won[member] = result.won.get(member, 0) + got
-        if mechanism.shill_penalty > 0:
-            for row, entry in enumerate(entries):
-                if entry.coalition_id is not None:
-                    continue
-                need = needs[entry.lab]
-                won = alloc[row]
-                flagged = max(0, won - need)
-                sets_price = outcome.price_setter == row and won >= need and len(entry.bids) > won
-                flagged += int(sets_price)
-                if flagged:
-                    result.shill[entry.lab] = pay_operator(
-                        world, entry.lab, mechanism.shill_penalty * flagged
-                    )
+        if mechanism.shill_penalty > 0:  # over the labs' own rows (the first ``own``)
+            won_own = np.array(alloc[:own], dtype=np.int64)
+            flagged_own = np.maximum(0, won_own - np.array([needs[lab] for lab in payers]))
+            setter = outcome.price_setter
+            if setter is not None and 0 <= setter < own:
+                need, got = needs[payers[setter]], alloc[setter]
+                flagged_own[setter] += int(got >= need and len(entries[setter].bids) > got)
+            for row in np.flatnonzero(flagged_own).tolist():  # in row order
+                result.shill[payers[row]] = pay_operator(
+                    world, payers[row], mechanism.shill_penalty * int(flagged_own[row])
+                )
     # collusion: the graph sees every lab's bidding, including through coalition rows
     n = len(world.labs)
-    bid_units = [0] * n
-    bid_max = [0.0] * n
-    for entry in entries:
-        bid_units[entry.lab] += len(entry.bids)
-        if entry.bids:
-            bid_max[entry.lab] = max(bid_max[entry.lab], float(entry.bids[0]))
-    won_units = [int(result.won.get(i, 0)) for i in range(n)]
+    rows = np.array([e.lab for e in entries], dtype=np.int64)
+    bid_units = np.zeros(n, dtype=np.int64)
+    np.add.at(bid_units, rows, lengths)
+    bid_max = np.zeros(n)
+    np.maximum.at(bid_max, rows[lengths > 0], matrix[lengths > 0, 0])
+    won_units = np.zeros(n, dtype=np.int64)
+    won_units[list(result.won)] = list(result.won.values())
     active = [lab.active for lab in world.labs]
-    graph.record_round_bids(now, bid_units, won_units, bid_max, reserve, active)
+    graph.record_round_bids(
+        now, bid_units.tolist(), won_units.tolist(), (bid_max + 0.0).tolist(), reserve, active
+    )
     suspicions = detect_cartels(graph, now)
     result.suspected = [(sorted(s.members), s.score) for s in suspicions]
     if mechanism.collusion_penalty > 0 and mechanism.coalition_policy.startswith("penalize"):
