@@ -152,8 +152,9 @@ class JobTable:
         if not idx.size:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, empty
-        ids = np.array([self.jobs[k].job_id for k in idx.tolist()])
-        id_rank = np.unique(ids, return_inverse=True)[1].reshape(-1)
+        ids = [self.jobs[k].job_id for k in idx.tolist()]
+        id_rank = np.empty(idx.size, dtype=np.int64)  # rank of each job_id in string order
+        id_rank[sorted(range(idx.size), key=ids.__getitem__)] = np.arange(idx.size)
         order = np.lexsort((id_rank, self.arrival[idx], self.deadline[idx], self.lab[idx]))
         idx = idx[order]
         lab = self.lab[idx]
