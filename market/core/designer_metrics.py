@@ -66,7 +66,8 @@ def satisfaction(active: list[int], allocated: np.ndarray, d: Demand, blocks: in
     best = np.bincount(own, weights=uv * rem, minlength=n) if own.size else np.zeros(n)
     for i in np.flatnonzero(demand_ > blocks):  # rare: one lab could absorb every block
         best[i] = optimal_welfare(uv[own == i], rem[own == i], blocks)
-    labs = [i for i in active if best[i] > 0]
+    labs = np.asarray(active, dtype=np.int64)
+    labs = labs[best[labs] > 0]  # in ``active`` order
     result: np.ndarray = allocated[labs] / best[labs]
     return result
 

@@ -33,17 +33,7 @@ STATUSES: tuple[JobStatus, ...] = (
     "expired",
 )  # a status code is its index here
 _CODE = {name: code for code, name in enumerate(STATUSES)}
-_FIELDS = attrgetter(
-    "size",
-    "progress",
-    "status",
-    "min_reliability",
-    "deadline",
-    "arrival",
-    "value",
-    "realized",
-    "partial_credit",
-)
+_STATUS = attrgetter("status")
 
 
 def ordered_row_sums(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -93,30 +83,28 @@ class JobTable:
         lab = np.repeat(np.asarray(active, dtype=np.int64), counts)
         starts = np.repeat(np.cumsum([0, *counts[:-1]], dtype=np.int64), counts)
         pos = np.arange(n, dtype=np.int64) - starts
-        if n:
-            size, progress, status, rel, deadline, arrival, value, realized, partial = zip(
-                *map(_FIELDS, jobs), strict=True
-            )
-        else:
-            size = progress = status = rel = deadline = arrival = value = realized = partial = ()
-        ints = np.array([size, progress, deadline, arrival], dtype=np.int64).reshape(4, n)
-        floats = np.array([rel, value, realized], dtype=np.float64).reshape(3, n)
-        codes = np.fromiter(map(_CODE.__getitem__, status), dtype=np.int8, count=n)
+
+        def column(name: str, dtype: type) -> np.ndarray:  # one attribute of every job
+            get = attrgetter(name)
+            return np.fromiter(map(get, jobs), dtype=dtype, count=n)
+
+        progress = column("progress", np.int64)
+        codes = np.fromiter(map(_CODE.__getitem__, map(_STATUS, jobs)), dtype=np.int8, count=n)
         return cls(
             jobs,
             lab,
             pos,
-            ints[0],
-            ints[1].copy(),
+            column("size", np.int64),
+            progress.copy(),
             codes.copy(),
-            floats[0],
-            ints[2],
-            ints[3],
-            floats[1],
-            floats[2].copy(),
-            np.array(partial, dtype=bool).reshape(n),
+            column("min_reliability", np.float64),
+            column("deadline", np.int64),
+            column("arrival", np.int64),
+            column("value", np.float64),
+            column("realized", np.float64),
+            column("partial_credit", np.bool_),
             len(labs),
-            ints[1],
+            progress,
             codes,
         )
 

@@ -61,7 +61,7 @@ def run_table_blocks(
         assignment = execution.assign_blocks(world.labs[i].jobs, held[i], plans[i], reliability)
         if assignment:
             assignments[i] = assignment
-            allocated_value[i] = sum(job.unit_value * n for job, n in assignment)
+            allocated_value[i] = sum(job.unit_value * k for job, k in assignment)
     idx, give, offset = table.edf_assign(np.asarray(held_row), reliability, planned)
     lab = table.lab[idx]
     used = np.bincount(lab, weights=give, minlength=n) if idx.size else np.zeros(n)
