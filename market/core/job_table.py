@@ -77,12 +77,11 @@ class JobTable:
     def read(cls, world: World, active: list[int]) -> JobTable:
         """The table of the active labs' jobs, read from the job objects."""
         labs = world.labs
-        counts = [len(labs[i].jobs) for i in active]
+        counts = np.array([len(labs[i].jobs) for i in active], dtype=np.int64)
         jobs = [j for i in active for j in labs[i].jobs]
         n = len(jobs)
         lab = np.repeat(np.asarray(active, dtype=np.int64), counts)
-        starts = np.repeat(np.cumsum([0, *counts[:-1]], dtype=np.int64), counts)
-        pos = np.arange(n, dtype=np.int64) - starts
+        pos = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
 
         def column(name: str, dtype: type) -> np.ndarray:  # one attribute of every job
             get = attrgetter(name)

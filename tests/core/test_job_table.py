@@ -113,6 +113,17 @@ def test_table_close_equals_the_lab_by_lab_rules_bit_for_bit(seed: int) -> None:
             assert type(b.progress) is int and type(b.realized) is float
 
 
+def test_a_market_without_active_labs_gives_an_empty_table() -> None:
+    world, _, _ = scrambled_world(1)
+    table = JobTable.read(world, [])
+    assert len(table.jobs) == 0 and table.lab.size == 0
+    assert run_table_blocks(world, table, [], 1, {}, 0.9, np.random.default_rng(0)).sum() == 0
+    table.settle(1)
+    table.write_back()
+    assert table.potential().tolist() == [0.0] * len(world.labs)
+    assert table.needs(0.9).tolist() == [0] * len(world.labs)
+
+
 def test_edf_tie_break_is_by_job_id_as_strings() -> None:
     world, active, _ = scrambled_world(0)
     lab = world.labs[active[0]]
