@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from market.core.coalitions import CoalitionBook
+from market.core.job_table import JobTable
 from market.core.rewards import designer_composite, gini, optimal_welfare, stability
 from market.core.settlement import BidEntry, RoundResult
 from market.core.world import World
@@ -47,6 +48,16 @@ def demand(world: World, active: list[int], reliability: float) -> Demand:
     )
 
 
+def table_demand(table: JobTable, reliability: float) -> Demand:
+    """:func:`demand` read off the round close's job table (same entries, same order)."""
+    live = table.runnable(reliability) & (table.progress < table.size)
+    return Demand(
+        table.value[live] / table.size[live],
+        table.size[live] - table.progress[live],
+        table.lab[live],
+    )
+
+
 def satisfaction(active: list[int], allocated: np.ndarray, d: Demand, blocks: int) -> np.ndarray:
     """Each lab's allocated value over the most its jobs could use of this round's blocks."""
     uv, rem, own = d.unit_values, d.remaining, d.owners
@@ -55,7 +66,8 @@ def satisfaction(active: list[int], allocated: np.ndarray, d: Demand, blocks: in
     best = np.bincount(own, weights=uv * rem, minlength=n) if own.size else np.zeros(n)
     for i in np.flatnonzero(demand_ > blocks):  # rare: one lab could absorb every block
         best[i] = optimal_welfare(uv[own == i], rem[own == i], blocks)
-    labs = [i for i in active if best[i] > 0]
+    labs = np.asarray(active, dtype=np.int64)
+    labs = labs[best[labs] > 0]  # in ``active`` order
     result: np.ndarray = allocated[labs] / best[labs]
     return result
 

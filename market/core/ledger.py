@@ -19,6 +19,8 @@ bit for bit; keep it so.
 
 from __future__ import annotations
 
+import numpy as np
+
 from market.core.world import World
 
 
@@ -49,6 +51,25 @@ def pay_for_blocks(world: World, payer: int, round_: int, blocks: int, payment: 
     world.operator_credits += payment
     if blocks:  # most bidders win nothing: skip two no-op numpy writes
         issue_blocks(world, payer, round_, blocks)
+
+
+def pay_for_block_rows(
+    world: World, payers: list[int], round_: int, blocks: list[int], payments: list[float]
+) -> None:
+    """:func:`pay_for_blocks` for many auction winners at once (each payer once), with the same
+    operands in the same order: each budget is debited its payment, the operator's account
+    credited the payments one by one in ``payers`` order, and the blocks issued."""
+    accounts = world.labs
+    credits = world.operator_credits
+    for payer, payment in zip(payers, payments, strict=True):
+        accounts[payer].budget -= payment
+        credits += payment
+    world.operator_credits = credits
+    won = [(payer, n) for payer, n in zip(payers, blocks, strict=True) if n]
+    if won:
+        rows, counts = zip(*won, strict=True)
+        np.add.at(world.holdings[:, round_], list(rows), list(counts))
+        world.blocks_issued[round_] += sum(counts)
 
 
 # --- credits from and to outside the market -----------------------------------------------

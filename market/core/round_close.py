@@ -17,12 +17,13 @@ from market.core.bidding import RoundOrders
 from market.core.coalitions import CoalitionBook
 from market.core.collusion import InteractionGraph
 from market.core.delivery import fail_owned_blocks
-from market.core.designer_metrics import bidding_labs, demand, designer_parts
+from market.core.designer_metrics import bidding_labs, designer_parts, table_demand
+from market.core.job_table import JobTable
 from market.core.judge import Judge, JudgeHistory
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import Book
 from market.core.pledges import settle_pledges
-from market.core.production import run_round_blocks
+from market.core.production import run_table_blocks
 from market.core.reservations import with_reserved_jobs
 from market.core.rewards import optimal_welfare
 from market.core.rng import RngStreams
@@ -98,6 +99,7 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
         int(world.capacity[now]) + int(world.holdings[active, now].sum()) if active else 0
     )
     entries = orders.entries(world, m.coalitions)
+    table = JobTable.read(world, active)  # the jobs do not change until the blocks run
     round_rng = m.streams.stream("clearing", now)
     priority = round_rng.permutation(len(world.labs))
     lottery = (
@@ -117,14 +119,15 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
         lottery,
         m.judge,
         m.judge_history,
+        table.needs(reliability).tolist() if mechanism.shill_penalty > 0 else None,
     )
     rewards: list[RewardEvent] = []
     for component, amounts in (
         ("auction_payments", result.paid),
         ("shill_penalty", result.shill),
         ("collusion_penalty", result.collusion),
-    ):
-        rewards += [(lab, component, -amount) for lab, amount in amounts.items()]
+    ):  # a zero amount is no reward: left out (most bidders pay nothing)
+        rewards += [(lab, component, -amount) for lab, amount in amounts.items() if amount]
     # owned blocks fail after the auction and before deliveries (market.core.delivery)
     result.failures = fail_owned_blocks(
         world, m.streams, m.scenario.delivery, m.scenario.capacity.reliability, now
@@ -141,24 +144,18 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
     for breach in result.breaches:
         rewards += breach_rewards(breach)
     # optimal welfare over every live runnable job's remaining units, before execution
-    wanted = demand(world, active, reliability)
+    wanted = table_demand(table, reliability)
     optimum = optimal_welfare(wanted.unit_values, wanted.remaining, blocks_total)
     plans = with_reserved_jobs(orders.plans, m.book.reserved, now)  # job reservations run first
-    allocated_value = run_round_blocks(world, active, now, plans, reliability, round_rng)
-    for i in active:  # retired labs settled their potential when they left
-        jobs = world.labs[i].jobs
-        execution.settle_jobs(jobs, now)
-        # Job.potential() of each job, inlined (thousands of jobs per close), summed in job order
-        value = sum(
-            [
-                j.realized
-                if j.status == "done" or j.status == "expired"
-                else (j.value / j.size * j.progress if j.status == "active" else 0.0)
-                for j in jobs
-            ]
-        )
-        rewards.append((i, "job_value", value - potential[i]))
-        potential[i] = value
+    allocated_value = run_table_blocks(world, table, active, now, plans, reliability, round_rng)
+    # retired labs settled their potential when they left; jobs settle, then each active lab's
+    # Job.potential() summed in job order (market.core.job_table) is credited as its change
+    table.settle(now)
+    table.write_back()
+    value = table.potential()
+    change = (value - potential).tolist()
+    rewards += [(i, "job_value", change[i]) for i in active if change[i]]
+    potential[active] = value[active]
     bidders = bidding_labs(entries, m.coalitions)
     parts, allocated = designer_parts(
         active,

@@ -8,12 +8,14 @@ of formatting or slicing the strings itself.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 DESIGNER = "designer_0"
 BIDDER_PREFIX = "bidder_"
 _BIDDER = re.compile(r"bidder_(0|[1-9][0-9]*)")
 
 
+@lru_cache(maxsize=65536)  # logs and rewards name thousands of seats per round at scale
 def bidder_seat(lab: int) -> str:
     """The seat of lab ``lab``: ``bidder_seat(3) == "bidder_3"``."""
     return f"{BIDDER_PREFIX}{int(lab)}"

@@ -14,7 +14,10 @@ Order (docs/design.md, section 4, step 5):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -28,7 +31,7 @@ from market.core.judge import (
     Verdict,
     allocate_judge_pool,
 )
-from market.core.ledger import issue_blocks, pay_for_blocks, pay_operator
+from market.core.ledger import issue_blocks, pay_for_block_rows, pay_operator
 from market.core.mechanisms import Mechanism, clear
 from market.core.negotiation import Book
 from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS
@@ -83,11 +86,18 @@ def _affordable(bids: list[float], pool: float) -> list[float]:
     return out
 
 
-def true_needs(world: World, labs: list[int], now: int) -> dict[int, int]:
+def true_needs(
+    world: World, labs: list[int], now: int, runnable_units: Sequence[int] | None = None
+) -> dict[int, int]:
     """Each lab's true need: blocks of progress its live jobs that round ``now``'s reliability
-    can run still need, minus the blocks it already holds for ``now`` (never below 0)."""
+    can run still need, minus the blocks it already holds for ``now`` (never below 0).
+
+    ``runnable_units`` (per lab, the first term for every active lab, as the round close's job
+    table gives it) saves the walk over the jobs."""
     rel = float(world.reliability[now])
     held = world.holdings[:, now].tolist()
+    if runnable_units is not None and all(world.labs[lab].active for lab in labs):
+        return {lab: max(0, runnable_units[lab] - held[lab]) for lab in labs}
     jobs_of = world.labs
     return {
         lab: max(
@@ -115,11 +125,14 @@ def clear_round(
     lottery_rng: np.random.Generator,
     judge: Judge | None = None,
     judge_history: JudgeHistory | None = None,
+    runnable_units: Sequence[int] | None = None,
 ) -> RoundResult:
     # one canonical row order (labs by index, then coalitions by id), so that payments, budgets
     # and revenue come out bit-identical whatever order the caller listed the bids in
     entries = sorted(
-        entries, key=lambda e: (e.coalition_id is not None, e.coalition_id or "", e.lab)
+        (e for e in entries if e.coalition_id is None), key=attrgetter("lab")
+    ) + sorted(
+        (e for e in entries if e.coalition_id is not None), key=attrgetter("coalition_id", "lab")
     )
     reserve = max(mechanism.reserve_price, float(world.energy_floor[now]))
     capacity = int(world.capacity[now])
@@ -138,7 +151,7 @@ def clear_round(
                 lab.reputation = max(0.0, lab.reputation - FALSE_CLAIM_REPUTATION_LOSS)
     # each lab's true need before the auction; only the shill rule reads it
     needs = (
-        true_needs(world, [e.lab for e in entries if e.coalition_id is None], now)
+        true_needs(world, [e.lab for e in entries if e.coalition_id is None], now, runnable_units)
         if mechanism.shill_penalty > 0
         else {}
     )
@@ -155,9 +168,11 @@ def clear_round(
     width = max((len(e.bids) for e in entries), default=0)
     # one row per entry, padded with -1 (built from plain lists: no numpy call per row)
     width = max(width, 1)
-    matrix = np.array(
-        [[*e.bids, *([-1.0] * (width - len(e.bids)))] for e in entries], dtype=float
-    ).reshape(len(entries), width)
+    lengths = np.array([len(e.bids) for e in entries], dtype=np.int64)
+    matrix = np.full((len(entries), width), -1.0)
+    matrix[np.arange(width) < lengths[:, None]] = np.fromiter(
+        chain.from_iterable(e.bids for e in entries), dtype=float, count=int(lengths.sum())
+    )
     row_priority = np.asarray(priority)[[e.lab for e in entries]].astype(np.int64)
     result = RoundResult(
         now, mechanism, reserve, capacity, auctioned, reserve, 0, 0.0, entries, verdicts=verdicts
@@ -167,47 +182,53 @@ def clear_round(
             matrix, auctioned, mechanism.auction_type, reserve, row_priority, lottery_rng
         )
         result.price = float(outcome.price)
-        alloc = [int(a) for a in np.asarray(outcome.alloc).tolist()]
-        payments = [float(p) for p in np.asarray(outcome.payments).tolist()]
-        for row, entry in enumerate(entries):
-            blocks, payment = alloc[row], payments[row]
-            result.sold += blocks
-            result.revenue += payment
-            if entry.coalition_id is None:
-                pay_for_blocks(world, entry.lab, now, blocks, payment)
-                result.won[entry.lab] = result.won.get(entry.lab, 0) + blocks
-                result.paid[entry.lab] = result.paid.get(entry.lab, 0.0) + payment
-            else:
-                coalition = coalitions.coalitions[entry.coalition_id]
-                for member, share in charge_pool(world, coalition, payment).items():
-                    result.paid[member] = result.paid.get(member, 0.0) + share
-                for member, got in split_blocks(coalition, blocks).items():
-                    issue_blocks(world, member, now, got)
-                    result.won[member] = result.won.get(member, 0) + got
-        if mechanism.shill_penalty > 0:
-            for row, entry in enumerate(entries):
-                if entry.coalition_id is not None:
-                    continue
-                need = needs[entry.lab]
-                won = alloc[row]
-                flagged = max(0, won - need)
-                sets_price = outcome.price_setter == row and won >= need and len(entry.bids) > won
-                flagged += int(sets_price)
-                if flagged:
-                    result.shill[entry.lab] = pay_operator(
-                        world, entry.lab, mechanism.shill_penalty * flagged
-                    )
+        alloc = np.asarray(outcome.alloc).astype(np.int64).tolist()
+        payments = np.asarray(outcome.payments).astype(np.float64).tolist()
+        result.sold = sum(alloc)
+        revenue = 0.0
+        for payment in payments:  # in row order, as the auction's rows are
+            revenue += payment
+        result.revenue = revenue
+        # the labs' own rows come first (one per lab), then the coalitions' rows
+        own = next((k for k, e in enumerate(entries) if e.coalition_id is not None), len(entries))
+        payers = [e.lab for e in entries[:own]]
+        pay_for_block_rows(world, payers, now, alloc[:own], payments[:own])
+        result.won = dict(zip(payers, alloc[:own], strict=True))
+        result.paid = {
+            lab: 0.0 + payment for lab, payment in zip(payers, payments[:own], strict=True)
+        }
+        for row in range(own, len(entries)):
+            entry, blocks, payment = entries[row], alloc[row], payments[row]
+            coalition = coalitions.coalitions[str(entry.coalition_id)]
+            for member, share in charge_pool(world, coalition, payment).items():
+                result.paid[member] = result.paid.get(member, 0.0) + share
+            for member, got in split_blocks(coalition, blocks).items():
+                issue_blocks(world, member, now, got)
+                result.won[member] = result.won.get(member, 0) + got
+        if mechanism.shill_penalty > 0:  # over the labs' own rows (the first ``own``)
+            won_own = np.array(alloc[:own], dtype=np.int64)
+            flagged_own = np.maximum(0, won_own - np.array([needs[lab] for lab in payers]))
+            setter = outcome.price_setter
+            if setter is not None and 0 <= setter < own:
+                need, got = needs[payers[setter]], alloc[setter]
+                flagged_own[setter] += int(got >= need and len(entries[setter].bids) > got)
+            for row in np.flatnonzero(flagged_own).tolist():  # in row order
+                result.shill[payers[row]] = pay_operator(
+                    world, payers[row], mechanism.shill_penalty * int(flagged_own[row])
+                )
     # collusion: the graph sees every lab's bidding, including through coalition rows
     n = len(world.labs)
-    bid_units = [0] * n
-    bid_max = [0.0] * n
-    for entry in entries:
-        bid_units[entry.lab] += len(entry.bids)
-        if entry.bids:
-            bid_max[entry.lab] = max(bid_max[entry.lab], float(entry.bids[0]))
-    won_units = [int(result.won.get(i, 0)) for i in range(n)]
+    rows = np.array([e.lab for e in entries], dtype=np.int64)
+    bid_units = np.zeros(n, dtype=np.int64)
+    np.add.at(bid_units, rows, lengths)
+    bid_max = np.zeros(n)
+    np.maximum.at(bid_max, rows[lengths > 0], matrix[lengths > 0, 0])
+    won_units = np.zeros(n, dtype=np.int64)
+    won_units[list(result.won)] = list(result.won.values())
     active = [lab.active for lab in world.labs]
-    graph.record_round_bids(now, bid_units, won_units, bid_max, reserve, active)
+    graph.record_round_bids(
+        now, bid_units.tolist(), won_units.tolist(), (bid_max + 0.0).tolist(), reserve, active
+    )
     suspicions = detect_cartels(graph, now)
     result.suspected = [(sorted(s.members), s.score) for s in suspicions]
     if mechanism.collusion_penalty > 0 and mechanism.coalition_policy.startswith("penalize"):

@@ -225,12 +225,12 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             self.rewards[agent] = 0.0
 
     def _lab_reward(self, lab: int, component: str, credits: float) -> None:
-        seat = self.world.labs[lab].seat  # bidder_seat(lab), built once at reset
-        self._reward(seat, component, float(credits) / self.scenario.rewards.value_unit)
+        self._lab_rewards([(lab, component, credits)])
 
     def _lab_rewards(self, events: Iterable[RewardEvent]) -> None:
-        for lab, component, credits in events:
-            self._lab_reward(lab, component, credits)
+        labs, unit = self.world.labs, self.scenario.rewards.value_unit  # seats built at reset
+        for lab, component, credits in events:  # thousands in a round close at scale
+            self._reward(labs[lab].seat, component, float(credits) / unit)
 
     def seat_seed(self, agent: str) -> int:
         """The seed for the agent in ``agent``'s seat (derived; reveals nothing about the episode seed)."""
