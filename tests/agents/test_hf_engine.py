@@ -278,3 +278,20 @@ def test_prompt_masks_and_positions_by_hand() -> None:
     assert full[0, 0].int().tolist() == [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 1, 1, 0, 0]]
     assert full[1, 0].int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
     assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 32)] == [1, 2, 4, 8, 8, 16, 32]
+
+
+def test_the_in_graph_pick_takes_the_best_token_its_bitmask_allows() -> None:
+    """The greedy pick a captured step runs on the GPU, run here on the CPU: bit j of word i
+    allows token 32·i + j; tokens past the vocabulary (40 here) are never picked."""
+    torch = pytest.importorskip("torch")
+    from agents.llm.backends.hf_decode import StaticDecoder, _Slot
+
+    decoder = StaticDecoder(None, "cpu", "cache", vocab_size=40, graphs=False)
+    assert decoder.words == 2
+    logits = torch.arange(70, dtype=torch.float32).repeat(3, 1).unsqueeze(1)  # best: the last
+    bits = torch.zeros((3, 2), dtype=torch.int32)
+    bits[0, 0] = 1 << 5  # token 5 only
+    bits[1, 0], bits[1, 1] = (1 << 3) | (1 << 30), 1 << 2  # tokens 3, 30 and 34: 34 is best
+    bits[2] = -1  # every token of the bitmask (0..63), but only 0..39 exist
+    slot = _Slot(cache=None, ids=None, pos=None, mask=None, bits_host=bits)
+    assert decoder._pick_in_graph(slot, logits).tolist() == [5, 34, 39]

@@ -234,10 +234,12 @@ class StaticDecoder:
         allowed = ((bits.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)
         last = logits[:, -1, :]
         width = last.shape[-1]
-        if allowed.shape[-1] < width:  # logits past the tokenizer's vocabulary: never allowed
+        if allowed.shape[-1] < width:
             pad = allowed.new_zeros((allowed.shape[0], width - allowed.shape[-1]))
             allowed = torch.cat([allowed, pad], dim=-1)
-        return last.masked_fill(~allowed[:, :width], float("-inf")).argmax(dim=-1)
+        allowed = allowed[:, :width]
+        allowed[:, self.vocab_size :] = False  # logits past the tokenizer's vocabulary: never
+        return last.masked_fill(~allowed, float("-inf")).argmax(dim=-1)
 
     def _forward(self, slot: _Slot) -> Any:
         out = self.model(
