@@ -295,3 +295,27 @@ def test_the_in_graph_pick_takes_the_best_token_its_bitmask_allows() -> None:
     bits[2] = -1  # every token of the bitmask (0..63), but only 0..39 exist
     slot = _Slot(cache=None, ids=None, pos=None, mask=None, bits_host=bits)
     assert decoder._pick_in_graph(slot, logits).tolist() == [5, 34, 39]
+
+
+def test_decode_attention_matches_pytorch_attention_with_repeated_key_heads() -> None:
+    """One query per row, 6 query heads over 2 key heads, some columns masked: the grouped
+    products give what PyTorch's own attention gives with every key head repeated per query
+    head."""
+    torch = pytest.importorskip("torch")
+    from agents.llm.backends.hf_decode import decode_attention
+
+    gen = torch.Generator().manual_seed(7)
+    query = torch.randn(3, 6, 1, 8, generator=gen)
+    key, value = torch.randn(3, 2, 10, 8, generator=gen), torch.randn(3, 2, 10, 8, generator=gen)
+    mask = torch.rand(3, 1, 1, 10, generator=gen) > 0.3
+    mask[:, :, :, 0] = True
+    out, weights = decode_attention(None, query, key, value, mask, scaling=0.5)
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key.repeat_interleave(3, dim=1),
+        value.repeat_interleave(3, dim=1),
+        attn_mask=mask,
+        scale=0.5,
+    )
+    assert weights is None and out.shape == (3, 1, 6, 8)
+    assert torch.allclose(out, reference.transpose(1, 2), atol=1e-5)

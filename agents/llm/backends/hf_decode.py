@@ -64,6 +64,61 @@ def bucket(rows: int) -> int:
     return 1 << max(0, rows - 1).bit_length()
 
 
+#: the name :func:`decode_attention` is registered under with transformers
+DECODE_ATTENTION = "gpumarket_decode"
+
+
+def decode_attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[Any, None]:
+    """Attention of one new query per row against the whole cache, as two batched products.
+
+    ``query`` is (rows, heads, 1, dim), ``key``/``value`` (rows, kv_heads, length, dim) with
+    ``heads = kv_heads · group`` (query head h reads key head h // group), ``attention_mask`` a
+    boolean (rows, 1, 1, length), True where the query may look. The rule is softmax(q·kᵀ·s)·v
+    over the allowed columns, with s = ``scaling`` (1/√dim when None). The group's queries are
+    stacked against their shared key head, so no key is copied per query head; for one query a
+    step this keeps every multiprocessor busy where PyTorch's fused kernels run one block per row
+    and head. Returns (rows, 1, heads, dim) as transformers' attention functions do.
+    """
+    import torch
+
+    rows, heads, queries, dim = query.shape
+    kv_heads = key.shape[1]
+    grouped = query.reshape(rows, kv_heads, (heads // kv_heads) * queries, dim)
+    scale = dim**-0.5 if scaling is None else scaling
+    scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~attention_mask, float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(value.dtype)
+    out = torch.matmul(probs, value).reshape(rows, heads, queries, dim)
+    return out.transpose(1, 2).contiguous(), None
+
+
+@contextmanager
+def attention_as(model: Any, name: str | None) -> Iterator[None]:
+    """Run ``model`` with the attention implementation ``name`` (None: as it is) meanwhile."""
+    if name is None:
+        yield
+        return
+    from transformers import AttentionInterface
+
+    if name == DECODE_ATTENTION and name not in AttentionInterface._global_mapping:
+        AttentionInterface.register(DECODE_ATTENTION, decode_attention)
+    before = model.config._attn_implementation
+    model.config._attn_implementation = name
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = before
+
+
 class GrowingDecoder:
     """Decoding with transformers' growing cache; finished rows are dropped from it."""
 
@@ -139,7 +194,7 @@ class StaticDecoder:
         self.vocab_size = vocab_size
         self.words = -(-vocab_size // 32)  # int32 words of a grammar bitmask row
         self.graphs = graphs
-        #: the attention kernels the captured step uses ("math" or "default"; see _capture)
+        #: the attention the captured step uses ("default", "math" or "grouped"; see _capture)
         self.attention = ""
         self.rows: list[int] = []
         self.captured = 0
@@ -261,10 +316,11 @@ class StaticDecoder:
                 layer.cumulative_length = length
 
     def _capture(self, slot: _Slot) -> None:
-        """Capture the slot's decode step as a CUDA graph, once with PyTorch's default attention
-        kernels and once with its plain "math" kernels, and keep the faster (for one query a
-        step, the memory-efficient kernel runs one block per row and head: slow for few rows).
-        Warm-up and timing steps write the cache; its length is set back afterwards."""
+        """Capture the slot's decode step as a CUDA graph three ways, with PyTorch's default
+        attention kernels, its plain "math" kernels and :func:`decode_attention`, and keep the
+        fastest (for one query a step the memory-efficient kernel runs one block per row and
+        head: slow for few rows). Warm-up and timing steps write the cache; its length is set
+        back afterwards."""
         import torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -273,8 +329,16 @@ class StaticDecoder:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             best: tuple[float, str, Any, Any, Any] | None = None
-            for name, backends in (("default", None), ("math", [SDPBackend.MATH])):
-                with sdpa_kernel(backends) if backends else _nothing():
+            candidates = (
+                ("default", None, None),
+                ("math", [SDPBackend.MATH], None),
+                ("grouped", None, DECODE_ATTENTION),
+            )
+            for name, backends, implementation in candidates:
+                with (
+                    sdpa_kernel(backends) if backends else _nothing(),
+                    attention_as(self.model, implementation),
+                ):
                     graph, logits, greedy = self._capture_one(slot, done)
                 seconds = self._time(graph, slot, done)
                 if best is None or seconds < best[0]:
