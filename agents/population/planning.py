@@ -156,7 +156,13 @@ def _simulate(
     # one row per job in scheduling order (deadline jobs first): [plan, blocks still needed,
     # rounds it can use, price it pays per block, without partial credit?]
     rows = [
-        [p, p.job.size - p.job.progress, usable[p.job.job_id], price if price < p.unit else p.unit, h]
+        [
+            p,
+            p.job.size - p.job.progress,
+            usable[p.job.job_id],
+            price if price < p.unit else p.unit,
+            h,
+        ]
         for group, h in ((hard, True), (soft, False))
         for p in group
     ]
@@ -303,7 +309,9 @@ def _plan(
     for j in jobs:
         unit, low = j.value / j.size, j.min_reliability
         usable[j.job_id] = {
-            t for t in range(now, j.deadline + 1) if low <= reliability[t] and unit * reliability[t] > floor
+            t
+            for t in range(now, j.deadline + 1)
+            if low <= reliability[t] and unit * reliability[t] > floor
         }
         plans.append(JobPlan(j, unit, pursue=False))
     admitted: list[JobPlan] = []

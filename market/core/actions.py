@@ -366,7 +366,9 @@ class Bid(_Action):
             raise ValueError(f"a bid has at most {MAX_BID_UNITS} units, got {len(values)}")
         bid = cls.__new__(cls)  # what model_construct does, minus its per-field default lookups
         fields = {"agent": None, "reasoning": None, "action_type": "bid"}
-        object.__setattr__(bid, "__dict__", {**fields, "bids": values, "coalition_id": coalition_id})
+        object.__setattr__(
+            bid, "__dict__", {**fields, "bids": values, "coalition_id": coalition_id}
+        )
         given = {"bids"} if coalition_id is None else {"bids", "coalition_id"}
         object.__setattr__(bid, "__pydantic_fields_set__", given)
         object.__setattr__(bid, "__pydantic_extra__", None)
