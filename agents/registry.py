@@ -209,6 +209,8 @@ def _make_llm(kind: str, params: dict[str, Any]) -> BaseAgent:
 
 def _check_params(name: str, factory: Callable[..., BaseAgent], params: dict[str, Any]) -> None:
     """Refuse a parameter the agent does not take, naming the ones it does (and the nearest)."""
+    if not params:  # nothing to refuse (a run builds its seats' agents every episode)
+        return
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):  # no signature to check against: the call will say

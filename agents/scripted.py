@@ -42,7 +42,9 @@ MAX_INVITEES: int = next(
 
 
 def truthful_bid(obs: Observation) -> Bid:
-    return Bid(bids=affordable(marginal_values(obs), obs.budget or 0.0, max(1, obs.capacity)))
+    """Its marginal values as far as budget and capacity allow (a valid schedule by
+    construction, so built with :meth:`Bid.trusted`)."""
+    return Bid.trusted(affordable(marginal_values(obs), obs.budget or 0.0, max(1, obs.capacity)))
 
 
 class TruthfulBidder(BaseAgent):
@@ -92,7 +94,7 @@ class RandomValidBidder(BaseAgent):
             bids = sorted(
                 (float(x) for x in rng.uniform(0, budget / max(1, n) if n else 0, n)), reverse=True
             )
-            return Bid(bids=affordable(bids, budget, max(1, obs.capacity)))
+            return Bid.trusted(affordable(bids, budget, max(1, obs.capacity)))
         if kind == "send_offer" and others:
             side = "sell" if held > 0 and rng.random() < 0.5 else "buy"
             blocks = int(rng.integers(1, max(1, held) + 1))

@@ -83,8 +83,9 @@ def credits_down(amount: float) -> float:
 
 
 def schedule(values: list[float], obs: Observation) -> Bid:
-    """A valid bid for non-increasing unit ``values``: unit limit and budget respected."""
-    return Bid(bids=affordable(sorted(values, reverse=True), obs.budget or 0.0, unit_limit(obs)))
+    """A valid bid for non-increasing unit ``values``: unit limit and budget respected (built
+    with :meth:`Bid.trusted`: :func:`affordable` makes a valid schedule of plain numbers)."""
+    return Bid.trusted(affordable(sorted(values, reverse=True), obs.budget or 0.0, unit_limit(obs)))
 
 
 class StatefulAgent(BaseAgent):

@@ -8,6 +8,7 @@ that must deliver ``c`` blocks delivers them all with probability ``P(Binomial(h
 
 from __future__ import annotations
 
+import functools
 import math
 
 from agents.population.common import StatefulAgent, last_price, price_floor, schedule
@@ -18,6 +19,7 @@ from market.environment import Observation, marginal_values
 MAX_HOLD = 1000  # blocks_to_hold searches no further
 
 
+@functools.lru_cache(maxsize=4096)
 def survive_at_least(held: int, need: int, p: float) -> float:
     """``P(Binomial(held, 1 - p) >= need)``: all ``need`` blocks survive out of ``held``."""
     if need <= 0:
@@ -28,6 +30,7 @@ def survive_at_least(held: int, need: int, p: float) -> float:
     return math.fsum(math.comb(held, k) * q**k * p ** (held - k) for k in range(need, held + 1))
 
 
+@functools.lru_cache(maxsize=4096)
 def deliverable(held: int, committed: int, p: float, confidence: float) -> int:
     """The most extra blocks ``n`` (at most ``held - committed``) a lab holding ``held`` blocks,
     ``committed`` of them already promised, can promise so that it delivers all
@@ -38,6 +41,7 @@ def deliverable(held: int, committed: int, p: float, confidence: float) -> int:
     return n
 
 
+@functools.lru_cache(maxsize=4096)
 def expected_shortfall(held: int, owed: int, p: float) -> float:
     """``E[max(0, owed - Binomial(held, 1 - p))]``: the blocks it expects to be short by."""
     if owed <= 0:

@@ -114,6 +114,9 @@ class RuleExpert(StatefulAgent):
         self.memory = MarketMemory()
         self.values = ValueRange()
         self.offered: set[tuple[int, str, int]] = set()
+        # (round, delivery round) -> the active labs when every rival had that round's offer:
+        # while they are the same labs, rule 5 has nothing left to offer for that delivery round
+        self.sold_out: dict[tuple[int, int], list[str]] = {}
         self.pitched: set[int] = set()
         self.kept_off: set[tuple[int, str]] = set()
         self.club_job: dict[int, str] = {}
@@ -200,6 +203,8 @@ class RuleExpert(StatefulAgent):
         ranked = False  # rivals are ranked (last round's winners first) once a block is for sale
         for t in sorted(plan.spare):
             blocks = plan.spare[t]
+            if blocks <= 0 or self.sold_out.get((obs.round, t)) == obs.active_labs:
+                continue
             if self.hedge and t > obs.round:  # forward: only what it delivers with confidence
                 held = (
                     (obs.holdings or [])[t - obs.round]
@@ -232,6 +237,7 @@ class RuleExpert(StatefulAgent):
                     delivery_round=t,
                     message=f"{blocks} spare block(s) for round {t}",
                 )
+            self.sold_out[(obs.round, t)] = list(obs.active_labs)
         return None
 
     def _own_bid(self, obs: Observation, plan: Plan) -> Bid:
@@ -311,9 +317,7 @@ class RuleExpert(StatefulAgent):
         if sum(own) > (led.pool or 0.0) - len(club) * price + 1e-9:
             return None  # the pool cannot carry its own bids: bid alone this round
         values = sorted([*own, *club], reverse=True)
-        return Bid(
-            bids=affordable(values, led.pool or 0.0, unit_limit(obs)), coalition_id=led.coalition_id
-        )
+        return Bid.trusted(affordable(values, led.pool or 0.0, unit_limit(obs)), led.coalition_id)
 
     # --- the turn -------------------------------------------------------------------------
     def act(self, obs: Observation) -> ActionModel:

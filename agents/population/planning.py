@@ -26,6 +26,8 @@ class MarketMemory:
         self.won: dict[int, int] = {}
         self.seen_results: set[int] = set()
         self.left_over: float | None = None  # share of the last round's blocks rivals left
+        # the highest won / capacity of the rounds it bid for more than it won (see share)
+        self.won_share: float | None = None
         self.last_plan: tuple[tuple[object, ...], Plan] | None = None  # (its inputs, the plan)
         self.plans_reused = 0  # turns served by the last plan (nothing it reads had changed)
 
@@ -54,6 +56,11 @@ class MarketMemory:
         if result is not None and result.round not in self.seen_results:
             self.seen_results.add(result.round)
             self.won[result.round] = result.my_won
+            # that round's bid and capacity are final once its result is out: fold it in now
+            units, cap = self.bid_units.get(result.round), self.capacities.get(result.round)
+            if units is not None and cap and units > result.my_won:
+                seen = min(1.0, result.my_won / cap)
+                self.won_share = seen if self.won_share is None else max(self.won_share, seen)
             auctioned = self.auctioned.get(result.round, 0)
             if auctioned:
                 rivals = result.blocks_sold - result.my_won
@@ -70,11 +77,8 @@ class MarketMemory:
         rivals left over in the last round, if that round cleared at the reserve (their demand
         was met, so what they did not take would have gone to a bid at the floor)."""
         share = min(1.0, 1.0 / max(1, len(obs.active_labs)))
-        for r, units in self.bid_units.items():
-            won = self.won.get(r)
-            cap = self.capacities.get(r)
-            if won is not None and cap and units > won:
-                share = max(share, min(1.0, won / cap))
+        if self.won_share is not None:  # folded in by observe as each result comes out
+            share = max(share, self.won_share)
         return max(share, self.left_over or 0.0)
 
 
@@ -140,21 +144,26 @@ def _simulate(
     plausible wins; jobs with partial credit share what is left, highest value per block first,
     buying only what the remaining budget pays for at the expected price.
     """
+    hard: list[JobPlan] = []
+    soft: list[JobPlan] = []
     for p in plans:
         p.held, p.buy = {}, {}
-    hard = sorted(
-        (p for p in plans if not p.job.partial_credit),
-        key=lambda p: (p.job.deadline, -p.unit, p.job.job_id),
-    )
-    soft = sorted(
-        (p for p in plans if p.job.partial_credit),
-        key=lambda p: (-p.unit, p.job.deadline, p.job.job_id),
-    )
+        (soft if p.job.partial_credit else hard).append(p)
+    if len(hard) > 1:
+        hard.sort(key=_deadline_first)
+    if len(soft) > 1:
+        soft.sort(key=_value_first)
     # one row per job in scheduling order (deadline jobs first): [plan, blocks still needed,
     # rounds it can use, price it pays per block, without partial credit?]
     rows = [
-        [p, p.job.size - p.job.progress, usable[p.job.job_id], min(price, p.unit), group is hard]
-        for group in (hard, soft)
+        [
+            p,
+            p.job.size - p.job.progress,
+            usable[p.job.job_id],
+            price if price < p.unit else p.unit,
+            h,
+        ]
+        for group, h in ((hard, True), (soft, False))
         for p in group
     ]
     last = max((max(row[2]) for row in rows if row[2]), default=rounds.start - 1)
@@ -167,10 +176,14 @@ def _simulate(
             p, need, ok, cost, is_hard = row
             if need <= 0 or t not in ok:
                 continue
-            got = min(own, need)
+            got = own if own < need else need
             if got:
                 p.held[t], own, need = got, own - got, need - got
-            can_pay = need if is_hard else int(max(0.0, budget - spent) // max(cost, 1e-9))
+            if is_hard:
+                can_pay = need
+            else:
+                left = budget - spent
+                can_pay = int((left if left > 0.0 else 0.0) // (cost if cost > 1e-9 else 1e-9))
             got = min(win, need, can_pay)
             if got:
                 p.buy[t], win, need = got, win - got, need - got
@@ -178,6 +191,14 @@ def _simulate(
             row[1] = need
     complete = all(row[1] <= 0 for row in rows if row[4])
     return complete, spent <= budget + 1e-9
+
+
+def _deadline_first(p: JobPlan) -> tuple[int, float, str]:
+    return (p.job.deadline, -p.unit, p.job.job_id)
+
+
+def _value_first(p: JobPlan) -> tuple[float, int, str]:
+    return (-p.unit, p.job.deadline, p.job.job_id)
 
 
 def plan_inputs(
@@ -253,14 +274,24 @@ def _plan(
     now, total = obs.round, obs.rounds_total
     rounds = range(now, total)
     holdings = obs.holdings or []
-    held = {t: holdings[t - now] if t - now < len(holdings) else 0 for t in rounds}
+    ahead = len(holdings)
+    held = {t: holdings[t - now] if t - now < ahead else 0 for t in rounds}
+    seat = obs.seat
     for c in obs.contracts or ():
         if c.delivery_round in held:
-            held[c.delivery_round] += c.blocks if c.buyer == obs.seat else -c.blocks
-    held = {t: max(0, h) for t, h in held.items()}
+            held[c.delivery_round] += c.blocks if c.buyer == seat else -c.blocks
+    for t, h in held.items():
+        if h < 0:
+            held[t] = 0
+    jobs = [j for j in obs.jobs or () if j.status == "active" and j.deadline >= now]
+    if not jobs and now in held:  # nothing to plan for: no bids, every own block is spare
+        return Plan([], [], dict(held), {t: [] for t in rounds}, expected_price(obs, floor))
+    if len(jobs) > 1:
+        jobs.sort(key=_best_value_first)
     base_rel = max(seen_reliability, obs.reliability)
-    reliability = {t: obs.reliability if t == now else base_rel for t in rounds}
-    capacity = {t: float(obs.capacity) if t == now else base_cap for t in rounds}
+    reliability = {t: base_rel for t in rounds}
+    capacity = {t: base_cap for t in rounds}
+    reliability[now], capacity[now] = obs.reliability, float(obs.capacity)
     for shock in obs.shocks:
         for t in range(max(shock.round, now + 1), min(total, shock.round + shock.duration)):
             if shock.kind == "reliability_drop":
@@ -273,19 +304,16 @@ def _plan(
     }
     price = expected_price(obs, floor)
     budget = obs.budget or 0.0
-    jobs = sorted(
-        (j for j in obs.jobs or () if j.status == "active" and j.deadline >= now),
-        key=lambda j: (-j.value / j.size, j.deadline, j.job_id),
-    )
-    usable = {
-        j.job_id: {
+    usable: dict[str, set[int]] = {}
+    plans: list[JobPlan] = []
+    for j in jobs:
+        unit, low = j.value / j.size, j.min_reliability
+        usable[j.job_id] = {
             t
             for t in range(now, j.deadline + 1)
-            if j.min_reliability <= reliability[t] and j.value / j.size * reliability[t] > floor
+            if low <= reliability[t] and unit * reliability[t] > floor
         }
-        for j in jobs
-    }
-    plans = [JobPlan(j, j.value / j.size, pursue=False) for j in jobs]
+        plans.append(JobPlan(j, unit, pursue=False))
     admitted: list[JobPlan] = []
     scheduled = True  # the admitted jobs' held/buy are those of scheduling them alone
     for plan in plans:
@@ -298,9 +326,8 @@ def _plan(
             admitted.append(plan)
         else:
             plan.short = complete and not within_budget
-    chosen = {id(plan) for plan in admitted}
     for plan in plans:
-        plan.pursue = id(plan) in chosen
+        plan.pursue = any(plan is p for p in admitted)
         if not plan.pursue:
             plan.held, plan.buy = {}, {}
     if not scheduled:  # a rejected trial last rescheduled the admitted jobs: schedule them alone
@@ -318,7 +345,8 @@ def _plan(
             held_now += plan.held.get(now, 0)
             bid_values += [plan.unit * obs.reliability] * max(0, job.size - job.progress - later)
     # this round's own blocks cover the most valuable units; extra blocks are worth the rest
-    bid_values = sorted(bid_values, reverse=True)[held_now:]
+    bid_values.sort(reverse=True)
+    bid_values = bid_values[held_now:]
     wanted[now] = list(bid_values)
     # blocks the deadline jobs need this round: by each deadline d, what later rounds up to d
     # cannot supply (own blocks plus an equal share of the auctioned blocks) must come now
@@ -335,18 +363,23 @@ def _plan(
     urgent = max(0, must - held[now])
     # spare: own blocks left when the admitted jobs are served from own blocks alone (it may
     # win nothing), less one block per deadline job still running then, against failures
-    _simulate(admitted, rounds, held, dict.fromkeys(rounds, 0), usable, budget, price)
     spare = dict(held)
-    for plan in admitted:
-        for t, n in plan.held.items():
-            spare[t] -= n
+    if admitted:
+        _simulate(admitted, rounds, held, dict.fromkeys(rounds, 0), usable, budget, price)
+        for plan in admitted:
+            for t, n in plan.held.items():
+                spare[t] -= n
     for t in rounds:
-        if t > now:
+        if t > now and hard:
             running = sum(1 for p in hard if p.job.deadline >= t)
             spare[t] = max(0, spare[t] - running)
     for plan, (own, buy) in zip(admitted, with_wins, strict=True):  # the schedule with wins again
         plan.held, plan.buy = own, buy
     return Plan(plans, bid_values, spare, wanted, price, urgent)
+
+
+def _best_value_first(j: JobView) -> tuple[float, int, str]:
+    return (-j.value / j.size, j.deadline, j.job_id)
 
 
 #: how far above the price floor it bids for the blocks it can wait for, in value units: enough

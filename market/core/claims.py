@@ -11,6 +11,7 @@ fields and the text; only exaggeration is false). The rubric that uses them is d
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import unicodedata
 import zlib
@@ -210,8 +211,10 @@ _PER_BLOCK_RE = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=1024)
 def normalise(text: str) -> str:
-    """NFKC, lower case, printable characters only, whitespace collapsed."""
+    """NFKC, lower case, printable characters only, whitespace collapsed (memoised: agents
+    repeat their texts)."""
     text = unicodedata.normalize("NFKC", text)
     text = "".join(ch if ch.isprintable() else " " for ch in text)
     return re.sub(r"\s+", " ", text).strip().lower()

@@ -29,12 +29,24 @@ def is_bidder_seat(seat: object) -> bool:
 def lab_index(seat: str) -> int:
     """The lab index of a bidder seat: ``lab_index("bidder_3") == 3``.
 
-    Raises ``ValueError`` for anything that is not a bidder seat name.
+    Raises ``ValueError`` for anything that is not a bidder seat name. Seats already read are
+    remembered (the env reads the acting seat's index on every step).
     """
+    index = _LAB_INDEX.get(seat) if type(seat) is str else None
+    if index is not None:
+        return index
     match = _BIDDER.fullmatch(seat) if isinstance(seat, str) else None
     if match is None:
         raise ValueError(f"{seat!r} is not a bidder seat (bidder_0, bidder_1, ...)")
-    return int(match.group(1))
+    index = int(match.group(1))
+    if type(seat) is str and len(_LAB_INDEX) < _LAB_INDEX_KEPT:
+        _LAB_INDEX[seat] = index
+    return index
+
+
+#: bidder seat -> lab index, for the seats read so far (at most ``_LAB_INDEX_KEPT`` of them)
+_LAB_INDEX: dict[str, int] = {}
+_LAB_INDEX_KEPT = 100_000
 
 
 def seat_order(seat: str) -> tuple[int, int]:

@@ -372,8 +372,9 @@ def affordable(bids: list[float], budget: float, max_units: int) -> list[float]:
     for b in bids[:max_units]:
         if total + b > budget:
             break
-        out.append(round(b, 6))
-        total += round(b, 6)
+        b = round(b, 6)
+        out.append(b)
+        total += b
     return out
 
 
@@ -392,14 +393,15 @@ def fast_model(cls: type[M], /, **fields: object) -> M:
         )
     data = {**cached[0], **fields} if len(fields) < cached[1] else fields
     obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", data)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(fields))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    _set(obj, "__dict__", data)
+    _set(obj, "__pydantic_fields_set__", set(fields))
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
     return obj
 
 
 _DEFAULTS: dict[type[BaseModel], tuple[dict[str, object], int]] = {}
+_set = object.__setattr__  # pydantic's own __setattr__ validates: bypassed, as model_construct does
 
 
 def vector_size() -> int:

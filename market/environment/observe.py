@@ -8,13 +8,14 @@ round ends are built once per round and seat; the mechanism's view once per mech
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from market.core.coalitions import Coalition, CoalitionBook
 from market.core.collusion import SUSPECTED
 from market.core.delivery import failure_rate
 from market.core.mechanisms import Mechanism
-from market.core.negotiation import Book, Offer
+from market.core.negotiation import Book, Message, Offer
 from market.core.phases import LEGAL
 from market.core.rewards import bid_distribution
 from market.core.seats import DESIGNER, lab_index
@@ -40,6 +41,9 @@ from scenarios.schema import Scenario
 
 T = TypeVar("T")
 
+#: message views kept before the cache starts afresh (a view is rebuilt on its next use)
+MESSAGE_VIEWS_KEPT = 4096
+
 
 class MarketState(Protocol):
     """The env state an observation is built from (``raw_env`` provides it)."""
@@ -57,6 +61,19 @@ class MarketState(Protocol):
     designer_history: dict[str, list[float]]
 
 
+@dataclass(slots=True)
+class RoundViews:
+    """The parts of one seat's observation that cannot change before the round ends."""
+
+    me: int  # lab index; -1 for the designer
+    active_labs: list[str]
+    shocks: list[ShockView]
+    price_history: list[float | None]
+    last_result: MarketResultView | None
+    jobs: list[JobView] | None = None  # bidders
+    designer_stats: DesignerStats | None = None  # the designer
+
+
 class SeatViews:
     """The observation builder of one env, with its per-round and per-mechanism caches."""
 
@@ -64,6 +81,12 @@ class SeatViews:
         self._round_cache: dict[Hashable, object] = {}
         self._mech_views: dict[bool, tuple[Mechanism, MechanismView]] = {}
         self._seat_cache: dict[str, tuple[tuple[int, str, bool], Observation]] = {}
+        # a message's view is the same for every seat that may see it: built once per message
+        # (keyed by id, the message kept alongside so its id cannot be reused while cached)
+        self._message_views: dict[int, tuple[Message, MessageView]] = {}
+        # per round: each seat's fixed views, and each lab's delivery view with its collateral
+        self._seat_round: dict[str, RoundViews] = {}
+        self._deliveries: dict[int, tuple[float, DeliveryView]] = {}
         # the reputations every seat sees, keyed like the seat cache (without ``acting``)
         self._shared: tuple[tuple[int, str], dict[str, float]] | None = None
 
@@ -85,6 +108,8 @@ class SeatViews:
     def new_round(self) -> None:
         """Forget the per-round views (a round started, or a lab left)."""
         self._round_cache = {}
+        self._seat_round = {}
+        self._deliveries = {}
         self._shared = None
 
     def _per_round(self, key: Hashable, build: Callable[[], T]) -> T:
@@ -105,17 +130,13 @@ class SeatViews:
         ``reputations`` (every active lab's, by seat) when the caller has them for this state."""
         world, now = env.world, env.round
         is_designer = agent == DESIGNER
-        me = -1 if is_designer else lab_index(agent)
+        fixed = self._seat_round.get(agent)
+        if fixed is None:  # what the seat sees that cannot change before the round ends
+            fixed = self._seat_round[agent] = self._round_views(env, agent)
+        me = fixed.me
         seat_of = world.labs
-        active_labs = self._per_round("active", lambda: [lab.seat for lab in seat_of if lab.active])
         messages = [
-            fast_model(
-                MessageView,
-                sender=seat_of[m.sender].seat,
-                to="all" if m.recipients is None else [seat_of[i].seat for i in m.recipients],
-                text=m.text,
-                round=m.round,
-            )
+            self._message_view(world, m)
             for m in env.book.messages[-20:]
             if m.recipients is None or m.sender == me or me in m.recipients
         ]
@@ -134,7 +155,6 @@ class SeatViews:
             for c in env.coalitions.coalitions.values()
             if c.status != "dissolved"
         ]
-        results, prices = env.results, env.prices
         fields: dict[str, object] = dict(
             seat=agent,
             role="designer" if is_designer else "bidder",
@@ -147,7 +167,7 @@ class SeatViews:
             capacity=int(world.capacity[now]),
             reliability=float(world.reliability[now]),
             energy_floor=float(world.energy_floor[now]),
-            active_labs=active_labs,
+            active_labs=fixed.active_labs,
             reputations=(
                 {lab.seat: lab.reputation for lab in seat_of if lab.active}
                 if reputations is None
@@ -156,87 +176,32 @@ class SeatViews:
             public_coalitions=public_coalitions,
             messages=messages,
             pitches=pitches,
-            shocks=self._per_round(("shocks", me), lambda: shock_views(world, env.shocks, now, me)),
-            price_history=self._per_round(
-                ("prices", is_designer),
-                lambda: [
-                    p
-                    if (
-                        r.mechanism.reveal_clearing_price
-                        and (r.sold or r.mechanism.reveal_reserve)
-                        or is_designer
-                    )
-                    else None
-                    for p, r in zip(prices, results, strict=True)
-                ],
-            ),
-            last_result=self._per_round(
-                ("result", me),
-                lambda: result_view(
-                    world,
-                    results,
-                    me,
-                    is_designer,
-                    self._per_round("winners", lambda: winners_of(world, results)),
-                ),
-            ),
+            shocks=fixed.shocks,
+            price_history=fixed.price_history,
+            last_result=fixed.last_result,
         )
         if is_designer:
-            h = env.designer_history
-            fields["designer_stats"] = self._per_round(
-                "stats",
-                lambda: fast_model(
-                    DesignerStats,
-                    welfare_ratio=list(h["welfare_ratio"]),
-                    fairness=list(h["fairness"]),
-                    participation=list(h["participation"]),
-                    stability=list(h["stability"]),
-                    revenue=[r.revenue for r in results],
-                    prices=list(prices),
-                    suspected_cartels=sum(
-                        1 for _, score in results[-1].suspected if score >= SUSPECTED
-                    )
-                    if results
-                    else 0,
-                    active_labs=len(active_labs),
-                ),
-            )
+            fields["designer_stats"] = fixed.designer_stats
         else:
-            lab = world.labs[me]
+            lab = seat_of[me]
             book = env.book
+            received: list[OfferView] = []
+            sent: list[OfferView] = []
+            for o in book.offers.values():  # one pass for both lists, each in book order
+                if o.status == "open" and (o.recipient == me or o.sender == me):
+                    view = offer_view(world, o)
+                    if o.recipient == me:
+                        received.append(view)
+                    if o.sender == me:
+                        sent.append(view)
             fields.update(
                 budget=lab.budget,
                 reputation=lab.reputation,
                 holdings=world.holdings[me, now:].tolist(),
                 reserved=book.reserved.of(me, now, int(world.holdings.shape[1])),
-                jobs=self._per_round(
-                    ("jobs", me),
-                    lambda: [
-                        fast_model(
-                            JobView,
-                            job_id=j.job_id,
-                            size=j.size,
-                            progress=j.progress,
-                            deadline=j.deadline,
-                            value=j.value,
-                            partial_credit=j.partial_credit,
-                            min_reliability=j.min_reliability,
-                            status=j.status,
-                        )
-                        for j in lab.jobs
-                        if j.status != "pending"
-                    ],
-                ),
-                offers_received=[
-                    offer_view(world, o)
-                    for o in book.offers.values()
-                    if o.recipient == me and o.status == "open"
-                ],
-                offers_sent=[
-                    offer_view(world, o)
-                    for o in book.offers.values()
-                    if o.sender == me and o.status == "open"
-                ],
+                jobs=fixed.jobs,
+                offers_received=received,
+                offers_sent=sent,
                 contracts=[
                     fast_model(
                         ContractView,
@@ -255,9 +220,105 @@ class SeatViews:
                 coalitions=[
                     coalition_view(world, c, me, private=True) for c in env.coalitions.of(me)
                 ],
-                delivery=delivery_view(env, me),
+                delivery=self._delivery_view(env, me),
             )
         return fast_model(Observation, **fields)
+
+    def _round_views(self, env: MarketState, agent: str) -> RoundViews:
+        """The parts of ``agent``'s observation that cannot change before the round ends (its
+        lab index, the active labs, the shocks it knows of, the price history and last result
+        as revealed to it, its jobs or the designer's statistics), built once per round."""
+        world, now, results, prices = env.world, env.round, env.results, env.prices
+        is_designer = agent == DESIGNER
+        me = -1 if is_designer else lab_index(agent)
+        seat_of = world.labs
+        active = self._per_round("active", lambda: [lab.seat for lab in seat_of if lab.active])
+        views = RoundViews(
+            me=me,
+            active_labs=active,
+            shocks=shock_views(world, env.shocks, now, me),
+            price_history=self._per_round(
+                ("prices", is_designer),
+                lambda: [
+                    p
+                    if (
+                        r.mechanism.reveal_clearing_price
+                        and (r.sold or r.mechanism.reveal_reserve)
+                        or is_designer
+                    )
+                    else None
+                    for p, r in zip(prices, results, strict=True)
+                ],
+            ),
+            last_result=result_view(
+                world,
+                results,
+                me,
+                is_designer,
+                self._per_round("winners", lambda: winners_of(world, results)),
+            ),
+        )
+        if is_designer:
+            h = env.designer_history
+            views.designer_stats = fast_model(
+                DesignerStats,
+                welfare_ratio=list(h["welfare_ratio"]),
+                fairness=list(h["fairness"]),
+                participation=list(h["participation"]),
+                stability=list(h["stability"]),
+                revenue=[r.revenue for r in results],
+                prices=list(prices),
+                suspected_cartels=sum(1 for _, score in results[-1].suspected if score >= SUSPECTED)
+                if results
+                else 0,
+                active_labs=len(active),
+            )
+        else:
+            views.jobs = [
+                fast_model(
+                    JobView,
+                    job_id=j.job_id,
+                    size=j.size,
+                    progress=j.progress,
+                    deadline=j.deadline,
+                    value=j.value,
+                    partial_credit=j.partial_credit,
+                    min_reliability=j.min_reliability,
+                    status=j.status,
+                )
+                for j in seat_of[me].jobs
+                if j.status != "pending"
+            ]
+        return views
+
+    def _message_view(self, world: World, m: Message) -> MessageView:
+        """The view of message ``m`` (the same for every seat that sees it), built once."""
+        cached = self._message_views.get(id(m))
+        if cached is not None and cached[0] is m:
+            return cached[1]
+        seat_of = world.labs
+        view = fast_model(
+            MessageView,
+            sender=seat_of[m.sender].seat,
+            to="all" if m.recipients is None else [seat_of[i].seat for i in m.recipients],
+            text=m.text,
+            round=m.round,
+        )
+        if len(self._message_views) >= MESSAGE_VIEWS_KEPT:  # old messages scroll out of view
+            self._message_views = {}
+        self._message_views[id(m)] = (m, view)
+        return view
+
+    def _delivery_view(self, env: MarketState, me: int) -> DeliveryView:
+        """:func:`delivery_view`, reused within the round while lab ``me``'s collateral on open
+        short sales (the one part that moves between rounds) is unchanged."""
+        held = collateral_held(env, me)
+        cached = self._deliveries.get(me)
+        if cached is not None and cached[0] == held:
+            return cached[1]
+        view = delivery_view(env, me)
+        self._deliveries[me] = (held, view)
+        return view
 
     def _mechanism_view(self, mech: Mechanism, is_designer: bool) -> MechanismView:
         """The mechanism as a seat sees it (the reserve hidden unless revealed); cached per mechanism."""
@@ -390,9 +451,12 @@ def delivery_view(env: MarketState, me: int) -> DeliveryView:
         collateral_fraction=spec.collateral_fraction,
         collateral_per_block=spec.collateral_per_block,
         breach_compensation=spec.breach_compensation,
-        collateral_held=sum(
-            c.collateral for c in env.book.contracts if c.seller == me and c.delivered < 0
-        ),
+        collateral_held=collateral_held(env, me),
         failed_last_round=0 if mine is None else len(mine.slots),
         failed_block_ids=[] if mine is None else mine.block_ids(),
     )
+
+
+def collateral_held(env: MarketState, me: int) -> float:
+    """The collateral lab ``me`` has posted on its open (undelivered) sales."""
+    return sum(c.collateral for c in env.book.contracts if c.seller == me and c.delivered < 0)
