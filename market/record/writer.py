@@ -371,12 +371,16 @@ class EpisodeRecorder:
                     event["llm"] = {
                         "error": "last_exchange could not be recorded (nested too deep)"
                     }
-            now = self._token_stats(agent)
-            before = self._tokens.get(seat, {})
-            delta = {k: v - before.get(k, 0.0) for k, v in now.items() if v != before.get(k, 0.0)}
-            if delta:
-                event["tokens"] = delta
-            self._tokens[seat] = now
+            before = self._tokens.get(seat)
+            if before or getattr(agent, "stats", None):  # a scripted seat counts no tokens
+                now = self._token_stats(agent)
+                before = before or {}
+                delta = {
+                    k: v - before.get(k, 0.0) for k, v in now.items() if v != before.get(k, 0.0)
+                }
+                if delta:
+                    event["tokens"] = delta
+                self._tokens[seat] = now
             if latency is not None:
                 event["latency_s"] = round(latency, 6)
         if agent_error is not None:
@@ -389,14 +393,14 @@ class EpisodeRecorder:
         if event is None:
             raise RuntimeError("after_step without before_step")
         self._pending = None
-        seat = event["seat"]
-        info = env.infos.get(seat, {}) if event["live"] else {}
-        event["info"] = {k: info[k] for k in ("action", "result", "error") if k in info}
+        infos = env.infos
+        info = infos.get(event["seat"]) if event["live"] else None
+        event["info"] = (
+            {k: info[k] for k in ("action", "result", "error") if k in info} if info else {}
+        )
         rewards = {a: r for a, r in env.rewards.items() if r != 0.0}
         event["rewards"] = rewards
-        event["components"] = {
-            a: env.infos.get(a, {}).get("reward_components", {}) for a in rewards
-        }
+        event["components"] = {a: infos.get(a, {}).get("reward_components", {}) for a in rewards}
         round_closed = len(env.round_log) > self._rounds
         if round_closed or self.steps % self.digest_every == 0 or env.phase == "done":
             event["state_digest"] = env.state_digest()
