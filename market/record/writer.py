@@ -100,18 +100,20 @@ def encode_action(action: Any, designer: bool = False) -> tuple[ActionKind, Any]
 
 def _make_encoder(default: Any) -> Callable[[Any], str]:
     """A reusable compact, ASCII-only, NaN-refusing JSON encoder: the same text as ``json.dumps``
-    with those settings, without building an encoder object on every call (the C encoder
-    is made once when the interpreter has it)."""
+    with those settings. The C encoder is made once, without the circular-reference check (a
+    cycle ends in RecursionError, as it did through ``jsonable``); it keeps no state between
+    calls, so threads may share it."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - an interpreter without the C accelerator
         encoder = json.JSONEncoder(
             ensure_ascii=True, allow_nan=False, separators=(",", ":"), default=default
         )
         return encoder.encode
-    encode_string = json.encoder.encode_basestring_ascii
+    chunks = make(
+        None, default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False
+    )
 
     def encode(record: Any) -> str:
-        chunks = make({}, default, encode_string, None, ":", ",", False, False, False)
         return "".join(chunks(record, 0))
 
     return encode
@@ -141,15 +143,17 @@ def _chained(record: dict[str, Any], prev: str) -> tuple[str, bytes]:
         record = dict(record)
         record.pop("digest", None)
         record["prev"] = prev
-        body = _dumps(record).encode("ascii")
+        body = _dumps(record)
     else:
-        body = b"".join((_dumps(record).encode("ascii")[:-1], b',"prev":"', prev.encode(), b'"}'))
-    digest = hashlib.sha256(body).hexdigest()
-    return digest, b"".join((body[:-1], b',"digest":"', digest.encode(), b'"}\n'))
+        body = f'{_dumps(record)[:-1]},"prev":"{prev}"}}'
+    data = body.encode("ascii")
+    digest = hashlib.sha256(data).hexdigest()
+    return digest, f'{body[:-1]},"digest":"{digest}"}}\n'.encode("ascii")
 
 
 class TranscriptWriter:
-    """Appends chained records to a JSONL file, flushing every record (fsync on :meth:`sync`).
+    """Appends chained records to a JSONL file, handing every record to the OS as it is written
+    (one ``write`` call per line, no buffer in the process; fsync on :meth:`sync`).
 
     A crash or Ctrl-C leaves every record already written intact; the record in flight is at
     worst a cut-off last line, which :func:`read_transcript` reports as incomplete.
@@ -159,31 +163,42 @@ class TranscriptWriter:
         self.path = Path(path)
         self.sync_interval = sync_interval
         self._synced = time.monotonic()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: io.BufferedWriter | None = open(self.path, "wb")  # noqa: SIM115
+        try:  # unbuffered: a write is a system call, so nothing waits in the process
+            fh = open(self.path, "wb", buffering=0)  # noqa: SIM115
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "wb", buffering=0)  # noqa: SIM115
+        self._fh: io.RawIOBase | None = fh
         self._prev = GENESIS
         self._file_hash = hashlib.sha256()
         self.records = 0
 
     def write(self, record: dict[str, Any]) -> str:
         """Write one record (a dict of JSON data with a ``type``); returns its digest."""
-        if self._fh is None:
+        fh = self._fh
+        if fh is None:
             raise TranscriptError(f"{self.path}: transcript already closed")
         digest, line = _chained(record, self._prev)
-        self._fh.write(line)
-        self._fh.flush()
+        written = fh.write(line)
+        if written != len(line):  # a short write (a signal, a full disk): write the rest
+            self._write_rest(memoryview(line)[written or 0 :])
         self._file_hash.update(line)
         self._prev = digest
         self.records += 1
         return digest
 
+    def _write_rest(self, rest: memoryview) -> None:
+        assert self._fh is not None
+        while rest:
+            n = self._fh.write(rest)
+            rest = rest[n or 0 :]
+
     def sync(self, force: bool = False) -> None:
         """fsync, at most every ``sync_interval`` seconds unless ``force`` (called at round ends
-        and on close). Every record is flushed to the OS as written, which is all a process crash
+        and on close). Every record is handed to the OS as written, which is all a process crash
         or Ctrl-C needs; fsync also bounds what an OS crash or power loss can take."""
         if self._fh is None:
             return
-        self._fh.flush()
         now = time.monotonic()
         if force or now - self._synced >= self.sync_interval:
             os.fsync(self._fh.fileno())
@@ -356,12 +371,16 @@ class EpisodeRecorder:
                     event["llm"] = {
                         "error": "last_exchange could not be recorded (nested too deep)"
                     }
-            now = self._token_stats(agent)
-            before = self._tokens.get(seat, {})
-            delta = {k: v - before.get(k, 0.0) for k, v in now.items() if v != before.get(k, 0.0)}
-            if delta:
-                event["tokens"] = delta
-            self._tokens[seat] = now
+            before = self._tokens.get(seat)
+            if before or getattr(agent, "stats", None):  # a scripted seat counts no tokens
+                now = self._token_stats(agent)
+                before = before or {}
+                delta = {
+                    k: v - before.get(k, 0.0) for k, v in now.items() if v != before.get(k, 0.0)
+                }
+                if delta:
+                    event["tokens"] = delta
+                self._tokens[seat] = now
             if latency is not None:
                 event["latency_s"] = round(latency, 6)
         if agent_error is not None:
@@ -374,21 +393,24 @@ class EpisodeRecorder:
         if event is None:
             raise RuntimeError("after_step without before_step")
         self._pending = None
-        seat = event["seat"]
-        info = env.infos.get(seat, {}) if event["live"] else {}
-        event["info"] = {k: info[k] for k in ("action", "result", "error") if k in info}
+        infos = env.infos
+        info = infos.get(event["seat"]) if event["live"] else None
+        event["info"] = (
+            {k: info[k] for k in ("action", "result", "error") if k in info} if info else {}
+        )
         rewards = {a: r for a, r in env.rewards.items() if r != 0.0}
         event["rewards"] = rewards
-        event["components"] = {
-            a: env.infos.get(a, {}).get("reward_components", {}) for a in rewards
-        }
+        event["components"] = {a: infos.get(a, {}).get("reward_components", {}) for a in rewards}
         round_closed = len(env.round_log) > self._rounds
         if round_closed or self.steps % self.digest_every == 0 or env.phase == "done":
             event["state_digest"] = env.state_digest()
-        if env.conduct.step_entries:
-            event["conduct"] = jsonable(env.conduct.step_entries)
-        if env.conduct.step_exchanges:
-            event["conduct_reader"] = jsonable(env.conduct.step_exchanges)
+        # conduct entries are JSON-ready dicts: the encoder writes them as they are (and falls
+        # back to jsonable() for the whole line if one holds what it cannot write)
+        conduct = env.conduct
+        if conduct.step_entries:
+            event["conduct"] = conduct.step_entries
+        if conduct.step_exchanges:
+            event["conduct_reader"] = conduct.step_exchanges
         self.writer.write(event)
         while self._rounds < len(env.round_log):
             entry = env.round_log[self._rounds]
@@ -398,7 +420,7 @@ class EpisodeRecorder:
                     "i": self.steps,
                     "round": int(entry.get("round", self._rounds)),
                     "summary": entry,
-                    "conduct": jsonable(env.conduct.rounds[self._rounds]),
+                    "conduct": env.conduct.rounds[self._rounds],
                 }
             )
             self._rounds += 1
