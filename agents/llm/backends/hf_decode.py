@@ -319,41 +319,47 @@ class StaticDecoder:
         """Capture the slot's decode step as a CUDA graph three ways, with PyTorch's default
         attention kernels, its plain "math" kernels and :func:`decode_attention`, and keep the
         fastest (for one query a step the memory-efficient kernel runs one block per row and
-        head: slow for few rows). Warm-up and timing steps write the cache; its length is set
-        back afterwards."""
-        import torch
+        head: slow for few rows); a way that fails is left out. Warm-up and timing steps write
+        the cache; its length is set back after each."""
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         done = slot.width + slot.steps
-        try:
-            if self._pool is None:
-                self._pool = torch.cuda.graph_pool_handle()
-            best: tuple[float, str, Any, Any, Any] | None = None
-            candidates = (
-                ("default", None, None),
-                ("math", [SDPBackend.MATH], None),
-                ("grouped", None, DECODE_ATTENTION),
-            )
-            for name, backends, implementation in candidates:
+        best: tuple[float, str, Any, Any, Any] | None = None
+        failed = []
+        candidates = (
+            ("default", None, None),
+            ("math", [SDPBackend.MATH], None),
+            ("grouped", None, DECODE_ATTENTION),
+        )
+        for name, backends, implementation in candidates:
+            try:  # a candidate that cannot be captured is left out, not the others
                 with (
                     sdpa_kernel(backends) if backends else _nothing(),
                     attention_as(self.model, implementation),
                 ):
                     graph, logits, greedy = self._capture_one(slot, done)
                 seconds = self._time(graph, slot, done)
-                if best is None or seconds < best[0]:
-                    best = (seconds, name, graph, logits, greedy)
-            assert best is not None
-            _, self.attention, slot.graph, slot.logits, slot.greedy = best
-            self.captured += 1
-        except Exception as exc:  # a forward that cannot be captured: the same step, eagerly
+            except Exception as exc:
+                failed.append(f"{name}: {type(exc).__name__}: {exc}")
+                continue
+            finally:
+                self._set_length(slot, done)
+            if best is None or seconds < best[0]:
+                best = (seconds, name, graph, logits, greedy)
+        if best is None:  # no way to capture this forward: the same step, eagerly
             self.graphs = False
-            log.warning("the model's decode step cannot be captured as a CUDA graph (%s)", exc)
-        finally:
-            self._set_length(slot, done)
+            log.warning("the model's decode step cannot be captured as a CUDA graph (%s)", failed)
+            return
+        if failed:
+            log.info("decode step captured with %s attention; left out: %s", best[1], failed)
+        _, self.attention, slot.graph, slot.logits, slot.greedy = best
+        self.captured += 1
 
     def _capture_one(self, slot: _Slot, done: int) -> tuple[Any, Any, Any]:
         import torch
+
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
 
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
