@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import string
 from collections.abc import Mapping
 
@@ -16,12 +17,23 @@ Info = dict[str, object]  # a seat's info dict (``infos[seat]``)
 Options = dict[str, object]  # ``reset(options=...)`` (unused by the market)
 
 
+#: the one built text action space whose character tables every seat's copy shares
+_TEXT_ACTION_SPACE = Text(max_length=200, min_length=0, charset=ACTION_CHARSET)
+
+
 def text_action_spaces(agents: list[str]) -> dict[str, Text]:
-    """Each seat's text action space, seeded per seat so that entrants also sample reproducibly."""
-    return {
-        a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=k)
-        for k, a in enumerate(agents)
-    }
+    """Each seat's text action space, seeded per seat so that entrants also sample reproducibly.
+
+    A ``Text`` space builds its character tables (a set, a list, an index of every character) on
+    construction: two thirds of a live env's memory when each seat built its own. The seats'
+    spaces are shallow copies of one space instead, so they share those read-only tables; each
+    copy gets its own generator from ``seed``."""
+    spaces = {}
+    for k, agent in enumerate(agents):
+        space = copy.copy(_TEXT_ACTION_SPACE)
+        space.seed(k)
+        spaces[agent] = space
+    return spaces
 
 
 def seed_action_spaces(

@@ -296,3 +296,30 @@ def test_unknown_scenario_name() -> None:
 def test_bad_override_names_the_key() -> None:
     with pytest.raises(ScenarioError, match=r"labs\.count"):
         market.raw_env(scenario="market_round", labs__count=0)
+
+
+def test_seats_action_spaces_share_character_tables_and_sample_as_if_built_alone() -> None:
+    """Each seat's ``Text`` space is a copy sharing one set of read-only character tables (they
+    were two thirds of a live env's memory); it must still sample exactly like a ``Text`` space
+    built on its own with the same seed, from a generator of its own."""
+    from gymnasium.spaces import Text
+
+    from market.environment.spaces import ACTION_CHARSET, text_action_spaces
+
+    seats = ["designer_0", "bidder_0", "bidder_1"]
+    shared = text_action_spaces(seats)
+    alone = {
+        a: Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=k)
+        for k, a in enumerate(seats)
+    }
+    for seat in seats:
+        assert shared[seat] == alone[seat]
+        assert [shared[seat].sample() for _ in range(4)] == [alone[seat].sample() for _ in range(4)]
+    first, second = shared["bidder_0"], shared["bidder_1"]
+    assert first._char_index is second._char_index  # one table, not one per seat
+    assert first.np_random is not second.np_random
+    first.seed(5)
+    before = second.sample()
+    second.seed(5)
+    fresh = Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=5)
+    assert second.sample() == fresh.sample() != before
