@@ -239,7 +239,7 @@ def coerce_params(cls: type, params: Mapping[str, Any]) -> dict[str, Any]:
             default is None or default is param.empty
         ):
             out[key] = None
-        elif isinstance(default, bool):
+        elif isinstance(default, bool) or param.annotation in ("bool | None", "Optional[bool]"):
             out[key] = as_bool(value)
         elif isinstance(default, int):
             out[key] = int(value)

@@ -78,6 +78,7 @@ class BenchConfig:
     llm_static_cache: bool = (
         False  # the local model decodes into static KV caches (CUDA graphs on a GPU)
     )
+    llm_unfused: bool = False  # the local model runs its own kernels (no hf_fused rewrite)
     llm_episode_labs: int = 8  # labs (each an LLM seat) of the local model's episode figure
     serve_sessions: int = 64  # concurrent remote-seat clients of the served-matches load test
     serve_decisions: int = 20  # remote decisions per client
@@ -231,6 +232,11 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
         "--llm-static-cache",
         action="store_true",
         help="llm: --llm-hf decodes into static KV caches (captured CUDA graphs on a GPU)",
+    )
+    bench.add_argument(
+        "--llm-unfused",
+        action="store_true",
+        help="llm: --llm-hf runs the model's own kernels, not the fused ones (a baseline)",
     )
     bench.add_argument(
         "--llm-latency-ms",

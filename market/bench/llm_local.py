@@ -137,6 +137,7 @@ def run_local_llm_bench(
     episode_labs: int = 8,
     dtype: str | None = None,
     static_cache: bool = False,
+    fused_kernels: bool | None = None,
 ) -> dict[str, Any]:
     """The figures of this module's docstring for the model at ``path`` on ``device``."""
     load = time.perf_counter()
@@ -147,6 +148,7 @@ def run_local_llm_bench(
         max_new_tokens=MAX_TOKENS,
         max_batch=max(concurrency),
         static_cache=static_cache,
+        fused_kernels=fused_kernels,
     )
     backend.load()
     load = time.perf_counter() - load
@@ -171,6 +173,7 @@ def run_local_llm_bench(
         "device": device,
         "dtype": dtype or "model's",
         "static_cache": static_cache,
+        "fused": device.startswith("cuda") if fused_kernels is None else fused_kernels,
         "load_s": round(load, 1),
         **out,
         "episode_ratio": round(many["seconds"] / max(1e-9, one["seconds"]), 2),
@@ -189,6 +192,7 @@ def section_local_llm(config: BenchConfig) -> SectionResult:
             episode_labs=config.llm_episode_labs,
             dtype=config.llm_dtype,
             static_cache=config.llm_static_cache,
+            fused_kernels=False if config.llm_unfused else None,
         )
     except (ImportError, ValueError, OSError) as exc:
         raise SectionSkipped(f"--llm-hf {config.llm_hf}: {exc}") from None
@@ -197,6 +201,7 @@ def section_local_llm(config: BenchConfig) -> SectionResult:
         "device": report["device"],
         "dtype": report["dtype"],
         "static_cache": report["static_cache"],
+        "fused": report["fused"],
     }
     result = SectionResult(details=report)
     for r in report["rows"]:

@@ -263,6 +263,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         llm_device=args.llm_device,
         llm_dtype=args.llm_dtype,
         llm_static_cache=args.llm_static_cache,
+        llm_unfused=args.llm_unfused,
     )
     if args.quick:
         config = quick_config(config)

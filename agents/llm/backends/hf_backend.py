@@ -52,7 +52,11 @@ UNSUPPORTED: tuple[str, ...] = ("tools", "tool_choice", "reasoning_effort", "log
 
 
 def engine_of(
-    loaded: LoadedModel, max_batch: int, window_s: float, static_cache: bool = False
+    loaded: LoadedModel,
+    max_batch: int,
+    window_s: float,
+    static_cache: bool = False,
+    fused_kernels: bool | None = None,
 ) -> BatchEngine:
     """The one engine of a loaded model (made by the first caller, with its batch settings)."""
     # the engine imports xgrammar and transformers' generation classes: not while another thread
@@ -69,6 +73,7 @@ def engine_of(
                 max_batch=max_batch,
                 window_s=window_s,
                 static_cache=static_cache,
+                fused=fused_kernels,
             )
         return engine  # type: ignore[no-any-return]
 
@@ -87,8 +92,10 @@ class HFBackend:
     ``constrain`` (default on) decodes calls with a schema under its grammar. ``max_batch`` and
     ``batch_window_ms`` set how the model's engine batches concurrent calls, and
     ``static_cache`` makes it decode into preallocated KV caches, its step captured as a CUDA
-    graph on a GPU (see ``hf_decode``; the first backend to use a loaded model sets these for every
-    backend sharing it).
+    graph on a GPU (see ``hf_decode``). ``fused_kernels`` rewrites the model's norms, rotary
+    embedding and MLPs into fewer kernels where they give the same result (``hf_fused``; None:
+    on a GPU only). The first backend to use a loaded model sets these for every backend sharing
+    it.
 
     The model loads on first use (or with :meth:`load`); with ``share_model`` (default) backends
     with the same (path, gguf_file, device, dtype) share one loaded model and its engine, so an
@@ -112,6 +119,7 @@ class HFBackend:
         max_batch: int = DEFAULT_MAX_BATCH,
         batch_window_ms: float = DEFAULT_WINDOW_S * 1000,
         static_cache: bool = False,
+        fused_kernels: bool | None = None,
         share_model: bool = True,
         trust_remote_code: bool = False,
         preload: bool = False,
@@ -138,6 +146,7 @@ class HFBackend:
         self.max_batch = int(max_batch)
         self.batch_window_ms = float(batch_window_ms)
         self.static_cache = bool(static_cache)
+        self.fused_kernels = None if fused_kernels is None else bool(fused_kernels)
         self.share_model = bool(share_model)
         self.trust_remote_code = bool(trust_remote_code)
         default_name = Path(self.gguf_file).stem if self.gguf_file else Path(self.source).name
@@ -248,7 +257,13 @@ class HFBackend:
             stop=p["stop"],
             timeout=None if timeout is None else float(timeout),
         )
-        engine = engine_of(loaded, self.max_batch, self.batch_window_ms / 1000.0, self.static_cache)
+        engine = engine_of(
+            loaded,
+            self.max_batch,
+            self.batch_window_ms / 1000.0,
+            self.static_cache,
+            self.fused_kernels,
+        )
         return engine, request
 
     def _submit(

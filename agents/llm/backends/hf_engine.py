@@ -7,7 +7,8 @@ The worker gathers requests into a *batch*: it takes the first waiting request, 
 next one. A batch is decoded by a decoder of :mod:`~agents.llm.backends.hf_decode` (the model's
 forward with a KV cache and left padding: transformers' growing cache, or with ``static_cache`` a
 preallocated one whose step is captured as a CUDA graph on a GPU); this module picks the tokens,
-row by row:
+row by row (on a GPU the model first gets the fused norm, rotary and MLP kernels of
+:mod:`~agents.llm.backends.hf_fused`):
 
 - :class:`_Picker` applies the row's repetition penalty, masks every token its JSON-schema grammar
   forbids (an ``xgrammar`` matcher per row) and takes the arg-max, or for a sampled row draws the
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.llm.backends.hf_decode import GrowingDecoder, StaticDecoder
+from agents.llm.backends.hf_fused import Fused, fuse, using_fused_rotary
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +167,7 @@ class BatchEngine:
         max_batch: int = DEFAULT_MAX_BATCH,
         window_s: float = DEFAULT_WINDOW_S,
         static_cache: bool = False,
+        fused: bool | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -181,8 +184,12 @@ class BatchEngine:
         import xgrammar as xgr  # type: ignore[import-not-found]
 
         self.xgr = xgr
-        self._growing = GrowingDecoder(model, device, cache_arg)
         on_cuda = str(device).startswith("cuda")
+        # fused kernels pay on a GPU, where a step is bound by kernel launches; on a CPU they
+        # measured neither faster nor slower, so the model's own code runs there by default
+        #: what :func:`~agents.llm.backends.hf_fused.fuse` rewrote (None: not fused)
+        self.fused: Fused | None = fuse(model) if (on_cuda if fused is None else fused) else None
+        self._growing = GrowingDecoder(model, device, cache_arg)
         self._static = (
             StaticDecoder(model, device, cache_arg, self.vocab_size, graphs=on_cuda)
             if self.static_cache
@@ -307,7 +314,7 @@ class BatchEngine:
             and all(r.temperature == 0.0 and r.repetition_penalty == 1.0 for r in batch)
         )
         picker = _Picker(self, len(batch))
-        with torch.inference_mode():
+        with torch.inference_mode(), using_fused_rotary(self.model):
             logits = decoder.prefill(ids, mask, max_new)
             tokens, fed = picker.pick(logits, rows)
             for _ in range(max_new):
