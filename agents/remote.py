@@ -8,10 +8,10 @@ Spec: ``remote?url=http://127.0.0.1:9000&token=SECRET&timeout=30`` (percent-enco
 - ``POST {url}/act`` with ``{"observation": {...}, "prompt": "...", "legal_actions": [...]}``,
   answered by ``{"action": {...}}``.
 
-``token``, when given, is sent as ``Authorization: Bearer TOKEN``. The HTTP client (``httpx``) is
-imported by the first request, so that listing or resolving agents costs no HTTP stack. A request that fails, times out
+``token``, when given, is sent as ``Authorization: Bearer TOKEN``. A request that fails, times out
 or answers without an ``action`` object raises, so the runner counts an agent error (or timeout)
-and the seat plays its fallback for that turn, as for any other agent.
+and the seat plays its fallback for that turn, as for any other agent. The HTTP client (``httpx``)
+is imported by the first request, so that resolving agents and starting a run load no HTTP stack.
 """
 
 from __future__ import annotations
