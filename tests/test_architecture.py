@@ -5,7 +5,9 @@
 * ``agents`` imports only ``market.core``, the public names of ``market.environment`` and itself;
 * nobody imports a private (``_name``) of another module;
 * no module over 600 lines, the AEC env under 450;
-* imports at module level only, except optional extras imported where they are used;
+* imports at module level only, except optional extras imported where they are used and the
+  short named list of modules kept off the CLI's start-up path (issue 15), which a fresh
+  interpreter checks;
 * one source of truth for seat names, auction types and penalty constants; one LLM response
   cache; every module is in the room map of docs/design.md.
 """
