@@ -7,6 +7,8 @@ concurrently; scripted agents inherit the default that calls ``act``.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -68,3 +70,15 @@ def as_flag(value: bool | str, name: str) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"{name} must be true or false, got {value!r}")
+
+
+def unknown_parameter_message(name: str, where: str, groups: Mapping[str, Sequence[str]]) -> str:
+    """``unknown parameter 'retrys'[ for WHERE]; did you mean 'retries'? GROUP parameters: ...``
+    with the nearest valid name (difflib) and every valid one, by group."""
+    valid = [n for names in groups.values() for n in names]
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}? " if close else "; "
+    listed = "; ".join(
+        f"{group} parameters: {', '.join(names) or '(none)'}" for group, names in groups.items()
+    )
+    return f"unknown parameter {name!r}{f' for {where}' if where else ''}{hint}{listed}"

@@ -16,10 +16,8 @@ from importlib.metadata import entry_points
 from typing import Any
 from urllib.parse import parse_qsl
 
-from agents.base import BaseAgent
+from agents.base import BaseAgent, unknown_parameter_message
 from agents.human import HumanAgent
-from agents.llm.agent import make_llm_agent
-from agents.llm.spec import unknown_parameter_message
 from agents.population import (
     ARCHETYPES,
     ColluderBidder,
@@ -201,6 +199,10 @@ def _resolve(name: str) -> Callable[..., BaseAgent]:
 
 
 def _make_llm(kind: str, params: dict[str, Any]) -> BaseAgent:
+    # the LLM seat (its prompts, templates and backends) is loaded when a spec names one: a run
+    # of scripted seats never pays for it (start-up time of the CLI, issue 15)
+    from agents.llm.agent import make_llm_agent
+
     try:
         return make_llm_agent(kind, params)
     except (TypeError, ValueError) as exc:

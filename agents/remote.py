@@ -10,17 +10,19 @@ Spec: ``remote?url=http://127.0.0.1:9000&token=SECRET&timeout=30`` (percent-enco
 
 ``token``, when given, is sent as ``Authorization: Bearer TOKEN``. A request that fails, times out
 or answers without an ``action`` object raises, so the runner counts an agent error (or timeout)
-and the seat plays its fallback for that turn, as for any other agent.
+and the seat plays its fallback for that turn, as for any other agent. The HTTP client (``httpx``)
+is imported by the first request, so that resolving agents and starting a run load no HTTP stack.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from agents.base import BaseAgent
 from market.environment import Observation
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class RemoteAgentError(RuntimeError):
@@ -52,6 +54,8 @@ class RemoteAgent(BaseAgent):
         return state
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx  # the HTTP client, loaded by the first request (start-up time, issue 15)
+
         if self._client is None:
             self._client = httpx.Client(timeout=self.timeout, headers=self.headers)
         self.stats["remote_requests"] += 1
@@ -63,6 +67,8 @@ class RemoteAgent(BaseAgent):
         return self._read(path, reply)
 
     async def _apost(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx  # the HTTP client, loaded by the first request (start-up time, issue 15)
+
         self.stats["remote_requests"] += 1
         try:
             async with httpx.AsyncClient(timeout=self.timeout, headers=self.headers) as client:

@@ -5,7 +5,9 @@
 * ``agents`` imports only ``market.core``, the public names of ``market.environment`` and itself;
 * nobody imports a private (``_name``) of another module;
 * no module over 600 lines, the AEC env under 450;
-* imports at module level only, except optional extras imported where they are used;
+* imports at module level only, except optional extras imported where they are used and the
+  short named list of modules kept off the CLI's start-up path (issue 15), which a fresh
+  interpreter checks;
 * one source of truth for seat names, auction types and penalty constants; one LLM response
   cache; every module is in the room map of docs/design.md.
 """
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -41,6 +44,24 @@ OPTIONAL_EXTRAS = {
     "tiktoken",
     "xgrammar",
 }
+# start-up time of the CLI (issue 15): the modules that only some commands or seats need, each
+# imported inside the one function that needs it, so that ``import market.cli`` (which a run's
+# pool workers inherit) and a run of scripted seats never load them. Module -> who needs it.
+LAZY_FOR_START_UP = {
+    "market.bench.suite": "gpumarket bench (the OpenAI client, the benchmarks' servers)",
+    "market.train.training_data": "gpumarket export-sft (LLM prompts: jinja2)",
+    "agents.llm.agent": "llm: seats (prompts, templates, backends)",
+    "httpx": "the remote agent's first request",
+}
+# what start-up must not load (checked in a fresh interpreter): the above, and what they pull in
+NOT_AT_START_UP = (
+    *LAZY_FOR_START_UP,
+    "openai",
+    "aiohttp",
+    "jinja2",
+    "agents.llm.backends.openai_backend",
+    "agents.llm.prompts",
+)
 # the deprecated module paths kept for one release: thin forwarders, outside the rules
 DEPRECATED = (
     {
@@ -228,6 +249,14 @@ def test_module_sizes() -> None:
     assert lines("market.environment.aec") < ENV_MAX_LINES
 
 
+def lazy_allowed(name: str) -> bool:
+    """An import that may sit inside a function: an optional extra, or a module of
+    :data:`LAZY_FOR_START_UP` (or one of its submodules)."""
+    return name.split(".")[0] in OPTIONAL_EXTRAS or any(
+        name == m or name.startswith(m + ".") for m in LAZY_FOR_START_UP
+    )
+
+
 def test_imports_sit_at_module_level_except_optional_extras() -> None:
     inner = []
     for module in modules():
@@ -239,9 +268,29 @@ def test_imports_sit_at_module_level_except_optional_extras() -> None:
                 if isinstance(node, ast.Import)
                 else [node.module or ""]
             )
-            if any(n.split(".")[0] not in OPTIONAL_EXTRAS for n in names):
+            if not all(lazy_allowed(n) for n in names):
                 inner.append((module, ast.unparse(node)))
     assert inner == []
+
+
+def test_the_lazy_set_is_small_and_used() -> None:
+    """Every entry of :data:`LAZY_FOR_START_UP` is imported inside a function somewhere (a stale
+    entry would widen the rule for nothing), and the rule still bites: a project module outside
+    the set, imported in a function, is refused."""
+    used = set()
+    for module in modules():
+        for node, at_top in import_nodes(module):
+            if not at_top:
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                )
+                used |= {m for m in LAZY_FOR_START_UP for n in names if n == m}
+    assert used == set(LAZY_FOR_START_UP)
+    assert not lazy_allowed("market.run.runner")
+    assert not lazy_allowed("agents.llm")  # the package above a lazy module stays eager
+    assert lazy_allowed("torch.nn") and lazy_allowed("agents.llm.agent")
 
 
 def code_of(module: str) -> str:
@@ -339,6 +388,47 @@ def test_the_core_and_the_agents_import_on_their_own() -> None:
         assert out.returncode == 0, (module, out.stderr)
         if heavy is not None:
             assert out.stdout.strip() == heavy, (module, out.stdout)
+
+
+START_UP_PROBE = """
+import json, sys
+loaded = lambda: [m for m in __NOT__ if m in sys.modules]
+import market.cli, market.run.runner
+start_up = loaded()
+code = market.cli.main(["run", "market_round", "--seeds", "0:2", "--workers", "1",
+                        "--no-progress", "--out", __OUT__])
+run = loaded()
+from agents.registry import make_agent
+remote = make_agent("remote?url=http://127.0.0.1:9&timeout=1")
+built = loaded()
+from agents.llm.judge import make_judge
+judge = make_judge("llm:openai?model=m&base_url=http://127.0.0.1:9/v1")
+print(json.dumps({"start_up": start_up, "run": run, "code": code, "built": built,
+                  "remote": type(remote).__name__, "judge_backend": type(judge.backend).__name__,
+                  "after_llm_judge": loaded()}))
+"""
+
+
+def test_start_up_and_a_scripted_run_load_no_llm_or_http_stack(tmp_path: Path) -> None:
+    """Issue 15: ``import market.cli, market.run.runner`` (what a run's forked workers inherit)
+    loads none of :data:`NOT_AT_START_UP`, and neither does a whole ``gpumarket run`` of the
+    default seats with the rule judge (transcripts and report included) nor building a remote
+    seat. Structural, never timed. The probe sees real imports: an LLM judge spec does load the
+    OpenAI client and builds its backend."""
+    code = START_UP_PROBE.replace("__NOT__", repr(NOT_AT_START_UP)).replace(
+        "__OUT__", repr(str(tmp_path / "run"))
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    assert probe["start_up"] == []
+    assert probe["code"] == 0 and probe["run"] == []
+    assert (tmp_path / "run" / "market_round" / "results.jsonl").is_file()
+    assert probe["remote"] == "RemoteAgent" and probe["built"] == []
+    assert probe["judge_backend"] == "OpenAIBackend"
+    assert {"openai", "agents.llm.backends.openai_backend"} <= set(probe["after_llm_judge"])
 
 
 def test_design_citations_name_existing_sections() -> None:

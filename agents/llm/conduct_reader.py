@@ -40,7 +40,7 @@ from urllib.parse import parse_qsl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.llm.backends.base import Backend, Completion
-from agents.llm.backends.openai_backend import OpenAIBackend
+from agents.llm.backends.registry import backend_class
 from agents.llm.cache import ResponseCache
 from agents.llm.judge import error_text
 from market.core.conduct import (
@@ -469,7 +469,7 @@ def make_conduct_reader(spec: str = "rule") -> RuleReader | LLMConductReader:
     if "model" not in options:
         raise ReaderSpecError(f"conduct reader spec {spec!r} needs model=NAME; {READER_SPEC_HELP}")
     try:
-        backend = OpenAIBackend(**options)
+        backend = backend_class("openai")(**options)
         return LLMConductReader(
             backend, None if cache is None else str(cache), repairs=repairs, params=params
         )

@@ -43,7 +43,7 @@ from urllib.parse import parse_qsl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.llm.backends.base import Backend, Completion
-from agents.llm.backends.openai_backend import OpenAIBackend
+from agents.llm.backends.registry import backend_class
 from agents.llm.cache import ResponseCache
 from market.core.claims import Claim, JudgeContext
 from market.core.judge import (
@@ -377,7 +377,8 @@ def _coerce(value: str) -> Any:
 
 
 def make_judge(spec: str = "rule") -> RuleJudge | LLMJudge:
-    """Build a judge: ``"rule"``, or ``"llm:openai?model=...&base_url=..."`` (lazy import)."""
+    """Build a judge: ``"rule"``, or ``"llm:openai?model=...&base_url=..."``; the OpenAI-compatible
+    backend is imported only for an LLM judge (:mod:`agents.llm.backends.registry`)."""
     name, _, query = check_judge_spec(spec).partition("?")
     try:
         params = {
@@ -397,7 +398,7 @@ def make_judge(spec: str = "rule") -> RuleJudge | LLMJudge:
     if "model" not in params:
         raise JudgeSpecError(f"judge spec {spec!r} needs model=NAME; {JUDGE_SPEC_HELP}")
     try:
-        backend = OpenAIBackend(**params)
+        backend = backend_class("openai")(**params)
     except (TypeError, ValueError) as exc:
         raise JudgeSpecError(f"judge spec {spec!r}: {exc}") from None
     return LLMJudge(backend, cache_path=None if cache is None else str(cache), retries=retries)

@@ -11,22 +11,23 @@ and capabilities."""
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agents.base import as_flag
+from agents.base import as_flag, unknown_parameter_message
 from agents.llm.backends.base import describe_error
+from agents.llm.backends.registry import PROVIDERS, backend_class
 from agents.llm.cache import CachedBackend
 from agents.llm.memory import parse_memory
 from agents.llm.providers import ALIASES, PRESETS
 from agents.llm.reasoning import effort_value, reasoning_mode
 from agents.llm.tools import tool_mode
 
-__all__ = ["describe_error"]  # kept importable from here
+# kept importable from here (the backends by name live in agents.llm.backends.registry, the
+# unknown-parameter message in agents.base)
+__all__ = ["PROVIDERS", "backend_class", "describe_error", "unknown_parameter_message"]
 
 
 def model_name(params: Mapping[str, Any]) -> str:
@@ -119,18 +120,6 @@ def backend_params(backend_cls: type) -> list[str] | None:
     ]
 
 
-def unknown_parameter_message(name: str, where: str, groups: Mapping[str, Sequence[str]]) -> str:
-    """``unknown parameter 'retrys'[ for WHERE]; did you mean 'retries'? GROUP parameters: ...``
-    with the nearest valid name (difflib) and every valid one, by group."""
-    valid = [n for names in groups.values() for n in names]
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}? " if close else "; "
-    listed = "; ".join(
-        f"{group} parameters: {', '.join(names) or '(none)'}" for group, names in groups.items()
-    )
-    return f"unknown parameter {name!r}{f' for {where}' if where else ''}{hint}{listed}"
-
-
 def check_names(backend_cls: type, params: Mapping[str, Any]) -> None:
     """Refuse a parameter neither the agent nor the backend takes, listing both sets."""
     backend = backend_params(backend_cls)
@@ -148,14 +137,6 @@ def check_names(backend_cls: type, params: Mapping[str, Any]) -> None:
                 key, "", {"agent": AGENT_PARAMS, backend_cls.__name__: backend}
             )
         )
-
-
-_OPENAI = "agents.llm.backends.openai_backend:OpenAIBackend"
-PROVIDERS: dict[str, str] = {
-    "openai": _OPENAI,
-    "hf": "agents.llm.backends.hf_backend:HFBackend",
-    **{name: _OPENAI for name in (*PRESETS, *ALIASES) if name != "openai"},
-}
 
 
 def spec_provider(provider: str, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -189,30 +170,6 @@ def preset_params(provider: str, params: Mapping[str, Any]) -> dict[str, Any]:
             )
         out["provider"] = name
     return out
-
-
-def backend_class(provider: str) -> type:
-    """The backend class of a provider name (``openai``, ``hf``) or ``module:Class``."""
-    target = PROVIDERS.get(provider, provider)
-    module_name, _, class_name = target.partition(":")
-    if not class_name:
-        raise TypeError(
-            f"unknown LLM provider {provider!r}; known: {', '.join(PROVIDERS)} (or module:Class)"
-        )
-    module = importlib.import_module(module_name)
-    cls = getattr(module, class_name, None)
-    if cls is None:  # tolerate the other usual spellings of a transformers backend
-        cls = next(
-            (
-                getattr(module, n)
-                for n in ("HFBackend", "HfBackend", "TransformersBackend")
-                if hasattr(module, n)
-            ),
-            None,
-        )
-    if cls is None:
-        raise TypeError(f"{module_name} has no backend class {class_name}")
-    return cls
 
 
 def coerce_params(cls: type, params: Mapping[str, Any]) -> dict[str, Any]:

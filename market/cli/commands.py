@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agents.registry import REGISTRY, plugin_status
-from market.bench.suite import bench_command
 from market.cli.expert_matrix_command import cmd_expert_matrix
 from market.cli.leaderboard_command import cmd_leaderboard, wants_leaderboard
 from market.cli.parser import one_line, parse_seeds, parse_specs
@@ -39,7 +38,6 @@ from market.run.tournament import (
     run_tournament,
 )
 from market.train import rl_train
-from market.train.training_data import run_export_cli
 from scenarios import ScenarioError, load_scenario
 
 
@@ -310,6 +308,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    # the suite is loaded when the command runs: it imports the OpenAI client and the benchmarks'
+    # servers, which no other command needs (start-up time of the CLI, issue 15)
+    from market.bench.suite import bench_command
+
     return bench_command(args)
 
 
@@ -407,6 +409,10 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 def cmd_export_sft(args: argparse.Namespace) -> int:
+    # loaded when the command runs: it renders LLM prompts (jinja2 templates), which no other
+    # command needs (start-up time of the CLI, issue 15)
+    from market.train.training_data import run_export_cli
+
     return run_export_cli(args)
 
 

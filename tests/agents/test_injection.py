@@ -39,7 +39,7 @@ import agents.llm.judge as llm_judge
 import agents.llm.memory as llm_memory
 import market.environment.observations as observations
 from agents.llm.agent import LLMAgent
-from agents.llm.judge import LLMJudge
+from agents.llm.judge import LLMJudge, make_judge
 from agents.llm.prompts import prompt_messages
 from market.core.actions import SendMessage, SendOffer
 from market.core.claims import JudgeContext, inspect_text
@@ -469,7 +469,9 @@ def test_docs_table_matches_the_measured_counts() -> None:
 @pytest.mark.real_model
 def test_real_llama_judge_on_injected_pitches_keeps_the_bound(record_property: Any) -> None:
     """SmolLM2-135M on llama.cpp judges honest and injected pitches: the server answers the
-    judge's structured request without crashing, and the bound holds whatever the model says."""
+    judge's structured request without crashing, and the bound holds whatever the model says.
+    The judge is built from a scenario's judge spec (:func:`make_judge`), as the env builds it:
+    its OpenAI-compatible backend is resolved by name (``agents.llm.backends.registry``)."""
     from real_model_utils import (
         LLAMA_INSTALL,
         LLAMA_SERVER_MODULES,
@@ -486,14 +488,14 @@ def test_real_llama_judge_on_injected_pitches_keeps_the_bound(record_property: A
     # at ~1 token/s on a loaded 2-core machine, so one injected and one honest pitch it is
     chosen = ("committee note",)
     with LlamaServer(gguf, n_ctx=4096) as server:
-        backend = OpenAIBackend(
-            model=server.alias,
-            base_url=server.base_url,
-            response_format="json_object",
-            timeout=600.0,
-            max_retries=0,
+        judge = make_judge(
+            f"llm:openai?model={server.alias}&base_url={server.base_url}"
+            "&response_format=json_object&timeout=600&max_retries=0&retries=1"
         )
-        judge = LLMJudge(backend, retries=1, params={"max_tokens": 120})
+        assert isinstance(judge, LLMJudge) and isinstance(judge.backend, OpenAIBackend)
+        assert judge.backend.timeout == 600.0 and judge.retries == 1
+        assert judge.backend.response_format == "json_object"
+        judge.params["max_tokens"] = 120
         rule = RuleJudge()
         context = JudgeContext(0, 1.0, {0: 0.8, 1: 0.8}, {}, {}, 2)
         honest_rule = rule.score(Pitch(0, HONEST, 3, None, 0), _lab(0), context).total

@@ -644,6 +644,27 @@ def test_from_spec(server: FakeOpenAIServer, key: str, tmp_path: Path) -> None:
         LLMAgent.from_params("nope", model="x")
 
 
+def test_backends_resolve_by_name_and_the_spec_module_keeps_its_names() -> None:
+    """``agents.llm.backends.registry``: every preset and alias is the OpenAI-compatible backend,
+    ``module:Class`` imports what it names, an unknown name lists the known ones; the names moved
+    out of ``agents.llm.spec`` are still importable from it, as the very same objects."""
+    from agents.base import unknown_parameter_message
+    from agents.llm import spec
+    from agents.llm.backends.registry import PROVIDERS, backend_class
+    from agents.llm.providers import ALIASES, PRESETS
+
+    assert spec.PROVIDERS is PROVIDERS and spec.backend_class is backend_class
+    assert spec.unknown_parameter_message is unknown_parameter_message
+    assert set(PROVIDERS) == {"openai", "hf", *PRESETS, *ALIASES}
+    for name in ("openai", "vllm", "llama.cpp", *ALIASES):
+        assert backend_class(name) is OpenAIBackend, name
+    assert backend_class("agents.llm.cache:CachedBackend") is CachedBackend
+    with pytest.raises(TypeError, match=r"unknown LLM provider 'nope'; known: openai, hf, "):
+        backend_class("nope")
+    with pytest.raises(TypeError, match="agents.llm.cache has no backend class Nope"):
+        backend_class("agents.llm.cache:Nope")
+
+
 @pytest.mark.parametrize(
     ("typo", "meant"),
     [
