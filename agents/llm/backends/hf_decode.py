@@ -14,8 +14,9 @@ and ``rows`` names the batch rows those logits belong to, in order.
   the attention masks itself (4-D, which transformers takes as they are) in fixed buffers that a
   step updates in place. On CUDA it captures a slot's decode step once as a CUDA graph: a step is
   then one graph replay instead of several hundred kernel launches from Python, which is what
-  bounds a small model's step on a GPU. Capturing costs about one step's time per slot, not a
-  compilation; where a model's forward cannot be captured the decoder says so once in the log
+  bounds a small model's step on a GPU. The forward and the greedy pick are two graphs, so the
+  host advances the rows and writes the next grammar masks while the GPU computes the forward.
+  Capturing costs about one step's time per slot, not a compilation; where a model's forward cannot be captured the decoder says so once in the log
   and runs the same step eagerly.
 
 A padded prompt position attends to itself only (not to nothing): a row of the attention with
@@ -176,9 +177,10 @@ class _Slot:
     pos: Any  # (rows, 1) their positions
     mask: Any  # (rows, 1, 1, length) which cache columns the step's query sees
     bits_host: Any = None  # (rows, words) int32, pinned: the grammar masks of the next token
-    graph: Any = None
-    logits: Any = None  # the graph's outputs: the logits and the masked arg-max
-    greedy: Any = None
+    forward_graph: Any = None  # the captured forward: ids -> logits
+    pick_graph: Any = None  # the captured pick: logits and bits_host -> greedy
+    logits: Any = None  # the last step's logits (the forward graph's output buffer once captured)
+    greedy: Any = None  # the pick graph's output: each row's masked arg-max
     width: int = 0  # the current batch's prompt width (its first generated column)
     steps: int = 0
 
@@ -216,14 +218,19 @@ class StaticDecoder:
                 ids=torch.zeros((size, 1), dtype=torch.long, device=self.device),
                 pos=torch.zeros((size, 1), dtype=torch.long, device=self.device),
                 mask=torch.zeros((size, 1, 1, length), dtype=torch.bool, device=self.device),
-                bits_host=torch.full((size, self.words), -1, dtype=torch.int32).pin_memory()
-                if self.graphs
-                else None,
+                bits_host=self._bits(size) if self.graphs else None,
             )
         self._slots[key] = slot
         while len(self._slots) > STATIC_SLOTS:
             self._slots.popitem(last=False)
         return slot
+
+    def _bits(self, rows: int) -> Any:
+        """A bitmask buffer of ``rows`` rows, all allowed; pinned on CUDA (a graph copies it)."""
+        import torch
+
+        bits = torch.full((rows, self.words), -1, dtype=torch.int32)
+        return bits.pin_memory() if str(self.device).startswith("cuda") else bits
 
     def prefill(self, ids: Any, mask: Any, max_new: int) -> Any:
         import torch
@@ -258,26 +265,42 @@ class StaticDecoder:
         return self._slot.bits_host
 
     def step(self, tokens: Any, keep: list[int], greedy: bool = False) -> Any:
-        """The next logits; with ``greedy`` (captured graphs only) instead each row's arg-max
-        over the tokens its bitmask row allows, computed inside the graph."""
+        """The next logits; with ``greedy`` instead each row's arg-max over the tokens its
+        bitmask row allows (:meth:`launch` then :meth:`pick`)."""
+        self.launch(tokens)
+        if greedy:
+            return self.pick()
+        assert self._slot is not None
+        return self._slot.logits[: len(self.rows), -1, :]
+
+    def launch(self, tokens: Any) -> None:
+        """Feed each row its new token and start the forward pass. On a GPU this only queues
+        the captured graph: the caller advances its rows and writes the next grammar masks into
+        :attr:`bits_host` while the GPU computes, then calls :meth:`pick`."""
         slot = self._slot
         assert slot is not None, "prefill first"
-        used = len(self.rows)
-        slot.ids[:used, 0].copy_(tokens)
+        slot.ids[: len(self.rows), 0].copy_(tokens)
         slot.mask[:, 0, 0, slot.width + slot.steps] = True  # the new token's own column
         room = slot.mask.shape[-1] - slot.width - slot.steps
-        if self.graphs and slot.graph is None and room > 8:  # capturing writes a few columns
+        if self.graphs and slot.forward_graph is None and room > 8:  # capturing writes columns
             self._capture(slot)
-        if slot.graph is not None:
-            slot.graph.replay()
-            logits, best = slot.logits, slot.greedy
-        else:
-            logits, best = self._forward(slot), None
+        if slot.forward_graph is not None:
+            slot.forward_graph.replay()
+        else:  # no graph (capture failed, or too little room): the same forward, eagerly
+            slot.logits = self._forward(slot)
         slot.pos.add_(1)
         slot.steps += 1
-        if greedy:  # without a graph (capture failed, or too little room): the same, eagerly
-            return (best if best is not None else self._pick_in_graph(slot, logits))[:used]
-        return logits[:used, -1, :]
+
+    def pick(self) -> Any:
+        """Each row's arg-max over the tokens its :attr:`bits_host` row allows, for the forward
+        :meth:`launch` started (the pick graph copies the masks when it runs, so they must be
+        written before this call)."""
+        slot = self._slot
+        assert slot is not None, "prefill first"
+        if slot.pick_graph is not None:
+            slot.pick_graph.replay()
+            return slot.greedy[: len(self.rows)]
+        return self._pick_in_graph(slot, slot.logits)[: len(self.rows)]
 
     def _pick_in_graph(self, slot: _Slot, logits: Any) -> Any:
         """Each row's arg-max over the tokens its grammar bitmask allows (bit j of word i is
@@ -316,15 +339,16 @@ class StaticDecoder:
                 layer.cumulative_length = length
 
     def _capture(self, slot: _Slot) -> None:
-        """Capture the slot's decode step as a CUDA graph three ways, with PyTorch's default
-        attention kernels, its plain "math" kernels and :func:`decode_attention`, and keep the
-        fastest (for one query a step the memory-efficient kernel runs one block per row and
-        head: slow for few rows); a way that fails is left out. Warm-up and timing steps write
-        the cache; its length is set back after each."""
+        """Capture the slot's decode step as two CUDA graphs, the forward and the pick (so the
+        host can write the grammar masks while the forward runs), three ways: with PyTorch's
+        default attention kernels, its plain "math" kernels and :func:`decode_attention`, and
+        keep the fastest (for one query a step the memory-efficient kernel runs one block per
+        row and head: slow for few rows); a way that fails is left out. Warm-up and timing steps
+        write the cache; its length is set back after each."""
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         done = slot.width + slot.steps
-        best: tuple[float, str, Any, Any, Any] | None = None
+        best: tuple[float, str, Any, Any, Any, Any] | None = None
         failed = []
         candidates = (
             ("default", None, None),
@@ -337,25 +361,25 @@ class StaticDecoder:
                     sdpa_kernel(backends) if backends else _nothing(),
                     attention_as(self.model, implementation),
                 ):
-                    graph, logits, greedy = self._capture_one(slot, done)
-                seconds = self._time(graph, slot, done)
+                    graphs, logits, greedy = self._capture_one(slot, done)
+                seconds = self._time(graphs, slot, done)
             except Exception as exc:
                 failed.append(f"{name}: {type(exc).__name__}: {exc}")
                 continue
             finally:
                 self._set_length(slot, done)
             if best is None or seconds < best[0]:
-                best = (seconds, name, graph, logits, greedy)
+                best = (seconds, name, *graphs, logits, greedy)
         if best is None:  # no way to capture this forward: the same step, eagerly
             self.graphs = False
             log.warning("the model's decode step cannot be captured as a CUDA graph (%s)", failed)
             return
         if failed:
             log.info("decode step captured with %s attention; left out: %s", best[1], failed)
-        _, self.attention, slot.graph, slot.logits, slot.greedy = best
+        _, self.attention, slot.forward_graph, slot.pick_graph, slot.logits, slot.greedy = best
         self.captured += 1
 
-    def _capture_one(self, slot: _Slot, done: int) -> tuple[Any, Any, Any]:
+    def _capture_one(self, slot: _Slot, done: int) -> tuple[tuple[Any, Any], Any, Any]:
         import torch
 
         if self._pool is None:
@@ -368,20 +392,23 @@ class StaticDecoder:
                 self._pick_in_graph(slot, self._forward(slot))
         torch.cuda.current_stream(self.device).wait_stream(stream)
         self._set_length(slot, done)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        forward, pick = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(forward, pool=self._pool):
             logits = self._forward(slot)
+        with torch.cuda.graph(pick, pool=self._pool):
             greedy = self._pick_in_graph(slot, logits)
-        return graph, logits, greedy
+        return (forward, pick), logits, greedy
 
-    def _time(self, graph: Any, slot: _Slot, done: int, replays: int = 5) -> float:
+    def _time(self, graphs: tuple[Any, Any], slot: _Slot, done: int, replays: int = 5) -> float:
         import torch
 
-        graph.replay()
+        for graph in graphs:
+            graph.replay()
         torch.cuda.synchronize(self.device)
         start = time.perf_counter()
         for _ in range(replays):
-            graph.replay()
+            for graph in graphs:
+                graph.replay()
         torch.cuda.synchronize(self.device)
         self._set_length(slot, done)
         return time.perf_counter() - start

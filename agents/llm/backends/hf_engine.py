@@ -319,6 +319,10 @@ class BatchEngine:
             tokens, fed = picker.pick(logits, rows)
             for _ in range(max_new):
                 live = decoder.rows
+                if in_graph and static is not None:
+                    # the GPU runs the next forward while the host advances the rows; a row
+                    # that ends here only wastes its slot's (padded) row of that forward
+                    static.launch(fed)
                 now = time.perf_counter()
                 for i, token in zip(live, tokens, strict=True):
                     if not rows[i].done:
@@ -328,7 +332,7 @@ class BatchEngine:
                     break
                 if in_graph and static is not None:
                     picker.fill(static.bits_host, [rows[i] for i in live])
-                    fed = static.step(fed, keep, greedy=True)
+                    fed = static.pick()
                     tokens = fed.tolist()  # the one device sync of the step
                 else:
                     logits = decoder.step(fed, keep)
