@@ -24,7 +24,7 @@ from market.run.async_runner import given_llm_flags, llm_options
 from market.run.conduct_table import CONDUCT_HEADERS
 from market.run.evaluation import USAGE_COLUMNS, evaluate
 from market.run.health import STRICT_EXIT, from_matches, from_rows, print_health, strict_failures
-from market.run.jobs import RunConfigError, RunInterrupted
+from market.run.jobs import RunConfigError, RunInterrupted, default_workers
 from market.run.mechanism_comparison import METRICS, evaluate_mechanisms
 from market.run.rollout import mean_ci95
 from market.run.runner import run_scenario, summarise_rows
@@ -161,7 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"verify with: gpumarket replay {out}"
         )
     if rows and not args.no_report:
-        report = write_run_report(out, rows)
+        report = write_run_report(out, rows, workers=args.workers or default_workers())
         print(
             f"report: {report.path.resolve().as_uri()} ({len(report.pages)} episode page(s) "
             f"in {out / 'episodes'}; any other: gpumarket report {out} --episode SEED)"

@@ -291,3 +291,27 @@ def test_run_report_and_its_page_in_headless_chromium(tmp_path: Path) -> None:
         assert 'data-pwned="1"' not in dom
     dom_links = links(report.path.read_text())
     assert "episodes/0.html" in dom_links and (folder / "episodes" / "0.html").is_file()
+
+
+def test_sampled_pages_written_by_several_workers_are_the_ones_one_process_writes(
+    tmp_path: Path,
+) -> None:
+    """``workers`` spreads the sampled episodes' pages over processes: the same pages (byte for
+    byte) and the same report as one process writes."""
+    folder = tmp_path / "run"
+    (folder / "transcripts").mkdir(parents=True)
+    seeds = range(4)
+    for seed in seeds:
+        run_episode(SCENARIO, seed, transcript=folder / "transcripts" / f"{seed}.jsonl")
+    rows = [row(s, "bidder_0", float(s)) for s in seeds]
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    written = {}
+    for workers in (1, 3):
+        report = write_run_report(folder, out=tmp_path / f"report{workers}.html", workers=workers)
+        written[workers] = (
+            [p.name for p in report.pages],
+            [p.read_bytes() for p in report.pages],
+            report.path.read_text().replace(f"report{workers}", "report"),
+        )
+    assert len(written[1][0]) == 4  # every episode of so small a run is in the sample
+    assert written[3] == written[1]
