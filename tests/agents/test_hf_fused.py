@@ -150,16 +150,21 @@ def test_the_rotary_swap_is_undone_when_the_last_of_overlapping_users_leaves() -
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_smollm2_decodes_the_same_tokens_fused_and_unfused() -> None:
-    """Two loads of the real SmolLM2 (the cached conversion): one engine fused, one not."""
+    """Two copies of the real SmolLM2 (from its cached conversion): one engine fused, one not."""
     require_modules(HF_MODULES, HF_INSTALL)
     from real_model_utils import require_gguf
 
     from agents.llm.backends.hf_engine import BatchEngine, GenerationRequest
     from agents.llm.backends.hf_loading import ModelKey, load_model
 
-    loaded = load_model(ModelKey.of(require_gguf()))
-    assert loaded.cache_path is not None, "the GGUF's converted copy is needed for a second load"
-    plain = transformers.AutoModelForCausalLM.from_pretrained(loaded.cache_path).eval()
+    gguf = require_gguf()
+    loaded = load_model(ModelKey.of(gguf))
+    if loaded.cache_path is not None:  # the cached conversion loads in a second
+        plain = transformers.AutoModelForCausalLM.from_pretrained(loaded.cache_path).eval()
+    else:
+        plain = transformers.AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name
+        ).eval()
     fused_model = copy.deepcopy(plain)
     prompts = ["Name one GPU maker.", "Reply with a JSON object with a key price."]
     tokens = {}

@@ -15,6 +15,7 @@ import math
 import re
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -307,11 +308,25 @@ def test_sampled_pages_written_by_several_workers_are_the_ones_one_process_write
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     written = {}
     for workers in (1, 3):
-        report = write_run_report(folder, out=tmp_path / f"report{workers}.html", workers=workers)
+        # a fresh interpreter: one thread, so the pages really go to a pool of processes
+        code = (
+            "import sys; from market.record.report.run_page import write_run_report; "
+            f"r = write_run_report(sys.argv[1], out=sys.argv[2], workers={workers}); "
+            "print(' '.join(str(p) for p in r.pages))"
+        )
+        out = tmp_path / f"report{workers}.html"
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(folder), str(out)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        pages = [Path(p) for p in proc.stdout.split()]
         written[workers] = (
-            [p.name for p in report.pages],
-            [p.read_bytes() for p in report.pages],
-            report.path.read_text().replace(f"report{workers}", "report"),
+            [p.name for p in pages],
+            [p.read_bytes() for p in pages],
+            out.read_text().replace(f"report{workers}", "report"),
         )
     assert len(written[1][0]) == 4  # every episode of so small a run is in the sample
     assert written[3] == written[1]

@@ -32,6 +32,7 @@ import json
 import math
 import multiprocessing
 import os
+import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -377,7 +378,8 @@ def write_run_report(
 ) -> RunReport:
     """Write ``RUN_DIR/report.html`` (or ``out``) from the run's rows (read from
     ``results.jsonl`` when not given) and, with ``sample``, the sampled episodes' pages, written
-    by ``workers`` processes (each page reads and replays one transcript: about 0.1 s)."""
+    by ``workers`` processes (each page reads and replays one transcript: about 0.1 s; one
+    process when this one runs other threads, which a fork must not copy)."""
     run_dir = Path(run_dir)
     rows = list(rows) if rows is not None else read_rows(run_dir)
     target = Path(out) if out is not None else run_dir / "report.html"
@@ -387,7 +389,8 @@ def write_run_report(
     if sample:
         seeds = sample_seeds([e for e in episodes if e.seed in recorded])
         jobs = [(run_dir, seed) for seed in seeds]
-        if workers > 1 and len(seeds) > 1:
+        # a forked child of a process with other threads (an LLM backend's) can deadlock
+        if workers > 1 and len(seeds) > 1 and threading.active_count() == 1:
             with multiprocessing.get_context().Pool(min(workers, len(seeds))) as pool:
                 written = pool.starmap(write_episode_page, jobs)
         else:
