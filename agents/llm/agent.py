@@ -32,6 +32,8 @@ from agents.llm.backends.base import (
     CallReport,
     Completion,
     ToolCall,
+    announced,
+    expected_call,
     reporting,
 )
 from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
@@ -480,21 +482,22 @@ class LLMAgent(BaseAgent):
 
     async def aact(self, observation: Observation) -> ActionModel:
         probe = self.mode == "auto" and bool(observation.legal_actions)
-        decision = self._decide(
-            observation,
-            *decision_mode(
-                self.mode, self.backend, await aprobe_tools(self.backend) if probe else None
-            ),
-        )
-        try:
-            messages, schema, params = next(decision)
-            while True:
-                with reporting() as report:
-                    outcome, latency = await self._acall(messages, schema, params)
-                self._account(outcome, latency, report)
-                messages, schema, params = decision.send(outcome)
-        except StopIteration as stop:
-            return stop.value
+        async with announced(self.backend if observation.legal_actions else None):
+            decision = self._decide(
+                observation,
+                *decision_mode(
+                    self.mode, self.backend, await aprobe_tools(self.backend) if probe else None
+                ),
+            )
+            try:
+                messages, schema, params = next(decision)
+                while True:
+                    with reporting() as report:
+                        outcome, latency = await self._acall(messages, schema, params)
+                    self._account(outcome, latency, report)
+                    messages, schema, params = decision.send(outcome)
+            except StopIteration as stop:
+                return stop.value
 
     async def _acall(
         self, messages: Messages, schema: dict[str, Any] | None, params: dict[str, Any]
@@ -507,6 +510,8 @@ class LLMAgent(BaseAgent):
                         messages, schema, params
                     ), time.perf_counter() - start
             if self.limiter is not None:
+                if self.limiter.full() and (ticket := expected_call()) is not None:
+                    ticket.settle()  # a batch must not wait for a call that waits for a slot
                 async with self.limiter:
                     start = time.perf_counter()  # latency excludes the wait for a slot
                     return await self._arequest(

@@ -325,3 +325,92 @@ def test_decode_attention_matches_pytorch_attention_with_repeated_key_heads() ->
     )
     assert weights is None and out.shape == (3, 1, 6, 8)
     assert torch.allclose(out, reference.transpose(1, 2), atol=1e-5)
+
+
+def test_seats_deciding_together_are_one_batch_however_spread_their_calls(
+    backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight LLM seats decide one step together: each announces its call before building its
+    prompt (milliseconds of the event loop each, so the calls arrive spread out), and the engine
+    waits for every announced call: one batch of 8, not a first batch of whoever came within the
+    window and a second of the rest. Afterwards no call is still expected."""
+    from agents.llm.agent import LLMAgent
+    from agents.llm.backends.hf_engine import GenerationResult
+
+    backend.complete(_ask("Say hello."), None, {"max_tokens": 2})  # the engine exists
+    engine = engine_of(backend._get_loaded(), backend.max_batch, 0.005)
+    sizes: list[int] = []
+
+    def decode(batch: list[GenerationRequest]) -> list[GenerationResult]:
+        sizes.append(len(batch))
+        time.sleep(0.1)  # the model's time, during which late calls would queue
+        reply = '{"action_type": "wait"}'
+        return [GenerationResult([1], reply, "stop", "json", len(batch), 0.0, 0.1) for _ in batch]
+
+    monkeypatch.setattr(engine, "decode", decode)
+    monkeypatch.setattr(engine, "window_s", 0.0)  # nothing but the announcements gathers them
+    # the bound on waiting for them is not what this test is about (a busy machine builds the
+    # eight prompts slowly)
+    monkeypatch.setattr("agents.llm.backends.hf_engine.EXPECT_WAIT_S", 30.0)
+    observations = [o for o in bench_observations() if o.legal_actions][:8]
+    agents = [LLMAgent(backend, retries=0, memory="none") for _ in observations]
+
+    async def step() -> list[Any]:
+        return await asyncio.gather(*(a.aact(o) for a, o in zip(agents, observations, strict=True)))
+
+    actions = asyncio.run(step())
+    assert sizes == [8] and engine.expected == 0
+    assert all(a.action_type == "wait" for a in actions)
+
+
+def test_an_announced_call_that_never_comes_does_not_hold_batches_and_settles_once(
+    backend: Any,
+) -> None:
+    backend.complete(_ask("Say hello."), None, {"max_tokens": 2})
+    engine = engine_of(backend._get_loaded(), backend.max_batch, 0.005)
+    ticket = engine.expect()
+    assert engine.expected == 1
+    reply = backend.complete(_ask("Say hello."), None, {"max_tokens": 3})  # not held forever
+    assert 0 < reply.completion_tokens <= 3 and engine.expected == 1
+    ticket.settle()
+    ticket.settle()
+    assert engine.expected == 0
+
+
+def test_a_call_that_must_wait_for_a_request_slot_withdraws_its_announcement() -> None:
+    """With the limiter full, a seat's call would hold the next batch for nothing: it settles
+    its announcement before it waits for a slot."""
+    from agents.llm.agent import LLMAgent
+    from agents.llm.backends.base import Completion, RequestLimiter
+
+    settled: list[str] = []
+
+    class Ticket:
+        def settle(self) -> None:
+            settled.append("settled")
+
+    class Batching:
+        model = "batching"
+
+        def expect(self) -> Ticket:
+            return Ticket()
+
+        async def acomplete(self, messages: Any, schema: Any, params: Any) -> Completion:
+            return Completion(text='{"action_type": "wait"}', model="batching")
+
+    limiter = RequestLimiter(1)
+    agent = LLMAgent(Batching(), limiter=limiter, retries=0, memory="none")
+    observation = next(o for o in bench_observations() if o.legal_actions)
+
+    async def main() -> Any:
+        async with limiter:  # another seat holds the only slot
+            task = asyncio.create_task(agent.aact(observation))
+            for _ in range(50):
+                await asyncio.sleep(0)
+                if settled:
+                    break
+            before_slot = list(settled)
+        return before_slot, await task
+
+    before_slot, action = asyncio.run(main())
+    assert before_slot == ["settled"] and action.action_type == "wait"

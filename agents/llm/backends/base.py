@@ -4,8 +4,8 @@ per-call report through which a backend tells its caller about retries and queue
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -119,6 +119,10 @@ class RequestLimiter:
         self.in_flight -= 1
         self._semaphore().release()
 
+    def full(self) -> bool:
+        """Whether a request entering now would wait for a slot."""
+        return self.in_flight >= self.max_in_flight
+
 
 #: why a request was retried (the agent stat is ``retries_<reason>``)
 RETRY_REASONS: tuple[str, ...] = ("rate_limited", "server_error", "connection")
@@ -161,3 +165,37 @@ def reporting() -> Iterator[CallReport]:
         yield report
     finally:
         _REPORT.reset(token)
+
+
+_EXPECTED: ContextVar[Any] = ContextVar("gpumarket_expected_call", default=None)
+
+
+def expected_call() -> Any:
+    """The expectation :func:`announced` opened in this context (None: none), for the backend
+    to settle when the call is queued."""
+    return _EXPECTED.get()
+
+
+@asynccontextmanager
+async def announced(backend: Any) -> AsyncIterator[None]:
+    """Tell a batching backend that this task is about to call it, before the prompt is built.
+
+    A backend that gathers concurrent calls into batches (``expect()``, e.g. the in-process
+    transformers engine) then waits for every announced call before it starts a batch, instead
+    of starting with the first call while the others still build their prompts (a prompt takes
+    milliseconds of the event loop each, so the calls of one step arrive spread out). After
+    announcing, the task yields once, so the other tasks ready now announce theirs before any of
+    them builds a prompt. The expectation is settled when the call is queued, or on leaving the
+    block if no call was made; backends without ``expect`` are left alone."""
+    expect = getattr(backend, "expect", None)
+    ticket = expect() if callable(expect) else None
+    if ticket is None:
+        yield
+        return
+    token = _EXPECTED.set(ticket)
+    try:
+        await asyncio.sleep(0)
+        yield
+    finally:
+        _EXPECTED.reset(token)
+        ticket.settle()

@@ -30,12 +30,13 @@ import concurrent.futures
 from pathlib import Path
 from typing import Any
 
-from agents.llm.backends.base import BackendError, Completion
+from agents.llm.backends.base import BackendError, Completion, expected_call
 from agents.llm.backends.hf_engine import (
     DEFAULT_MAX_BATCH,
     DEFAULT_WINDOW_S,
     BatchEngine,
     EngineCancelled,
+    Expectation,
     GenerationRequest,
     GenerationResult,
 )
@@ -256,6 +257,7 @@ class HFBackend:
             generator=self._generator_for(p),
             stop=p["stop"],
             timeout=None if timeout is None else float(timeout),
+            expectation=expected_call(),
         )
         engine = engine_of(
             loaded,
@@ -265,6 +267,12 @@ class HFBackend:
             self.fused_kernels,
         )
         return engine, request
+
+    def expect(self) -> Expectation | None:
+        """Announce a call about to come, so the engine's next batch waits for it (see
+        ``agents.llm.backends.base.announced``); None before the first call made the engine."""
+        engine = self._loaded.state.get("engine") if self._loaded is not None else None
+        return engine.expect() if engine is not None else None
 
     def _submit(
         self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]

@@ -3,8 +3,10 @@
 :class:`BatchEngine` owns a worker thread per loaded model. Callers (any thread, any event loop)
 :meth:`~BatchEngine.submit` a :class:`GenerationRequest` and get a ``concurrent.futures.Future``.
 The worker gathers requests into a *batch*: it takes the first waiting request, then waits at most
-``window_s`` for more, up to ``max_batch``; requests arriving while a batch decodes wait for the
-next one. A batch is decoded by a decoder of :mod:`~agents.llm.backends.hf_decode` (the model's
+``window_s`` for more, up to ``max_batch``, and longer (at most :data:`EXPECT_WAIT_S`) while
+calls announced with :meth:`~BatchEngine.expect` have not arrived (an LLM seat announces its call
+before it builds its prompt, see ``agents.llm.backends.base.announced``); requests arriving while
+a batch decodes wait for the next one. A batch is decoded by a decoder of :mod:`~agents.llm.backends.hf_decode` (the model's
 forward with a KV cache and left padding: transformers' growing cache, or with ``static_cache`` a
 preallocated one whose step is captured as a CUDA graph on a GPU); this module picks the tokens,
 row by row (on a GPU the model first gets the fused norm, rotary and MLP kernels of
@@ -47,6 +49,9 @@ DEFAULT_WINDOW_S = 0.005
 DEFAULT_MAX_BATCH = 32
 #: compiled grammars kept per model (one per distinct schema: a phase's legal actions)
 GRAMMAR_CACHE = 256
+#: how long a batch waits at most for calls announced but not yet submitted (seconds): longer
+#: than eight seats take to build their prompts on a busy 2-core machine, short against a decode
+EXPECT_WAIT_S = 0.25
 
 
 #: longest string the grammar lets a model write where the schema sets no bound: ids and seat
@@ -107,6 +112,7 @@ class GenerationRequest:
     generator: Any = None  # a torch.Generator for sampled rows
     stop: list[str] = field(default_factory=list)
     timeout: float | None = None  # seconds of decoding, counted from the batch's start
+    expectation: Any = None  # the announcement this request fulfils (:meth:`BatchEngine.expect`)
     cancel: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future[GenerationResult] = field(
         default_factory=concurrent.futures.Future
@@ -136,6 +142,19 @@ def _settle(future: concurrent.futures.Future[Any], outcome: Any) -> None:
             future.set_result(outcome)
     except concurrent.futures.InvalidStateError:
         pass
+
+
+class Expectation:
+    """A call announced to an engine (:meth:`BatchEngine.expect`); settled once, when the call
+    is submitted or the caller gives up on it."""
+
+    __slots__ = ("engine", "settled")
+
+    def __init__(self, engine: BatchEngine) -> None:
+        self.engine, self.settled = engine, False
+
+    def settle(self) -> None:
+        self.engine._settle_expected(self)
 
 
 class _Row:
@@ -209,6 +228,8 @@ class BatchEngine:
         self.static_batches = 0
         #: whether xgrammar's own GPU kernel masks logits (False after it failed once)
         self.gpu_kernel = True
+        #: calls announced (:meth:`expect`) and not yet submitted
+        self.expected = 0
 
     def _pad_id(self) -> int:
         pad = getattr(self.tokenizer, "pad_token_id", None)
@@ -236,11 +257,27 @@ class BatchEngine:
             return compiled
 
     # --- submission ------------------------------------------------------------------------
+    def expect(self) -> Expectation:
+        """Announce a call that is about to be submitted: until it is (or its expectation is
+        settled, or :data:`EXPECT_WAIT_S` passed), the next batch waits for it."""
+        with self._wake:
+            self.expected += 1
+        return Expectation(self)
+
+    def _settle_expected(self, expectation: Expectation) -> None:
+        with self._wake:
+            if not expectation.settled:
+                expectation.settled = True
+                self.expected -= 1
+                self._wake.notify()
+
     def submit(self, request: GenerationRequest) -> concurrent.futures.Future[GenerationResult]:
         """Queue a request; its future resolves to a :class:`GenerationResult` or raises."""
         if request.schema is not None:
             # compiled here, once: compile errors belong to the caller, not the batch
             request.grammar = self.grammar(request.schema)
+        if request.expectation is not None:
+            request.expectation.settle()
         with self._wake:
             self._queue.append(request)
             if self._thread is None or not self._thread.is_alive():
@@ -257,7 +294,9 @@ class BatchEngine:
                 self._wake.wait()
             first_seen = time.perf_counter()
             while len(self._queue) < self.max_batch:
-                left = self.window_s - (time.perf_counter() - first_seen)
+                # announced calls are waited for (their seats are building their prompts)
+                limit = EXPECT_WAIT_S if self.expected > 0 else self.window_s
+                left = limit - (time.perf_counter() - first_seen)
                 if left <= 0:
                     break
                 self._wake.wait(left)
