@@ -6,7 +6,8 @@ The worker gathers requests into a *batch*: it takes the first waiting request, 
 ``window_s`` for more, up to ``max_batch``, and longer (at most :data:`EXPECT_WAIT_S`) while
 calls announced with :meth:`~BatchEngine.expect` have not arrived (an LLM seat announces its call
 before it builds its prompt, see ``agents.llm.backends.base.announced``); requests arriving while
-a batch decodes wait for the next one. A batch is decoded by a decoder of :mod:`~agents.llm.backends.hf_decode` (the model's
+a batch decodes wait for the next one. A batch is decoded by a decoder of
+:mod:`~agents.llm.backends.hf_decode` (the model's
 forward with a KV cache and left padding: transformers' growing cache, or with ``static_cache`` a
 preallocated one whose step is captured as a CUDA graph on a GPU); this module picks the tokens,
 row by row (on a GPU the model first gets the fused norm, rotary and MLP kernels of
@@ -276,16 +277,20 @@ class BatchEngine:
         if request.schema is not None:
             # compiled here, once: compile errors belong to the caller, not the batch
             request.grammar = self.grammar(request.schema)
-        if request.expectation is not None:
-            request.expectation.settle()
+        expectation = request.expectation
         with self._wake:
             self._queue.append(request)
+            # settled with the request already queued: a batch taken at the notification has it
+            if expectation is not None and expectation.engine is self:
+                expectation.settle()  # the condition's lock is re-entrant
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._serve, name="gpumarket-hf-engine", daemon=True
                 )
                 self._thread.start()
             self._wake.notify()
+        if expectation is not None and expectation.engine is not self:
+            expectation.settle()  # another engine's announcement: settled outside this lock
         return request.future
 
     def _take_batch(self) -> list[GenerationRequest]:
