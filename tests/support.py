@@ -449,3 +449,15 @@ def play(
 
 def new_env(scenario: str = "market_round", wrapped: bool = True, **overrides: Any) -> Any:
     return (market.env if wrapped else market.raw_env)(scenario=scenario, **overrides)
+
+
+def ctrl_c_able() -> dict[str, Any]:
+    """``subprocess.Popen`` arguments that let a child take Ctrl-C (SIGINT) even where this
+    process was started with SIGINT ignored (a job put in the background by a shell without job
+    control ignores it, and children inherit that): the child then starts with the default
+    disposition, as from a terminal. Elsewhere nothing is changed."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return {}
+    return {"preexec_fn": lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from real_model_utils import skip_or_fail
-from support import ROOT, TESTS
+from support import ROOT, TESTS, ctrl_c_able
 
 from market.cli import main as cli_main
 from market.run.ray_backend import RayBackendError, batch_size, check_reachable, ray_map
@@ -370,7 +370,9 @@ def test_ctrl_c_keeps_finished_episodes_and_the_same_command_resumes(tmp_path: P
         "--no-transcripts",
     ]
     results = tmp_path / "large_market" / "results.jsonl"
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **ctrl_c_able()
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         if results.is_file() and len(results.read_text().splitlines()) >= 301:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import ctrl_c_able
 
 from agents.scripted import TruthfulBidder
 from market.cli import EXAMPLES
@@ -297,9 +298,16 @@ def test_ctrl_c_keeps_finished_episodes_and_a_rerun_completes_them(tmp_path: Pat
         "--no-transcripts",
         *seats,
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)])}
+    # tests/ too: this module imports the shared test helpers (support)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent), str(ROOT)])}
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        **ctrl_c_able(),
     )
     results = out / "market_round" / RESULTS
     deadline = time.monotonic() + 120
