@@ -75,6 +75,8 @@ class BenchConfig:
     llm_hf: str | None = None  # a local model for the in-process transformers backend
     llm_device: str = "cpu"
     llm_dtype: str | None = None  # the model's dtype (None: the checkpoint's)
+    llm_quantize: str | None = None  # the local model's quantize mode (None: none)
+    llm_mask_threads: int | None = None  # threads writing the grammar masks (None: the engine's)
     llm_static_cache: bool = (
         False  # the local model decodes into static KV caches (CUDA graphs on a GPU)
     )
@@ -227,6 +229,16 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     )
     bench.add_argument(
         "--llm-dtype", help="llm: the dtype of --llm-hf (float32, bfloat16; default: the model's)"
+    )
+    bench.add_argument(
+        "--llm-quantize",
+        choices=("none", "int8"),
+        help="llm: int8 products for --llm-hf on the CPU (faster, lower fidelity; default none)",
+    )
+    bench.add_argument(
+        "--llm-mask-threads",
+        type=int,
+        help="llm: threads writing --llm-hf's grammar masks (default: the cores, at most 16)",
     )
     bench.add_argument(
         "--llm-static-cache",

@@ -138,6 +138,8 @@ def run_local_llm_bench(
     dtype: str | None = None,
     static_cache: bool = False,
     fused_kernels: bool | None = None,
+    quantize: str | None = None,
+    mask_threads: int | None = None,
 ) -> dict[str, Any]:
     """The figures of this module's docstring for the model at ``path`` on ``device``."""
     load = time.perf_counter()
@@ -149,8 +151,10 @@ def run_local_llm_bench(
         max_batch=max(concurrency),
         static_cache=static_cache,
         fused_kernels=fused_kernels,
+        quantize=quantize,
+        mask_threads=mask_threads,
     )
-    backend.load()
+    loaded = backend.loaded
     load = time.perf_counter() - load
     tally = _Tally(backend)
     observations = bench_observations()
@@ -168,12 +172,15 @@ def run_local_llm_bench(
 
     out = asyncio.run(main())
     one, many = out["episode"]
+    engine = loaded.state.get("engine")
     return {
         "model": backend.model,
         "device": device,
         "dtype": dtype or "model's",
         "static_cache": static_cache,
         "fused": device.startswith("cuda") if fused_kernels is None else fused_kernels,
+        "quantize": loaded.quantize,
+        "mask_threads": engine.mask_threads if engine is not None else None,
         "load_s": round(load, 1),
         **out,
         "episode_ratio": round(many["seconds"] / max(1e-9, one["seconds"]), 2),
@@ -193,6 +200,8 @@ def section_local_llm(config: BenchConfig) -> SectionResult:
             dtype=config.llm_dtype,
             static_cache=config.llm_static_cache,
             fused_kernels=False if config.llm_unfused else None,
+            quantize=config.llm_quantize,
+            mask_threads=config.llm_mask_threads,
         )
     except (ImportError, ValueError, OSError) as exc:
         raise SectionSkipped(f"--llm-hf {config.llm_hf}: {exc}") from None
@@ -202,6 +211,8 @@ def section_local_llm(config: BenchConfig) -> SectionResult:
         "dtype": report["dtype"],
         "static_cache": report["static_cache"],
         "fused": report["fused"],
+        "quantize": report["quantize"],
+        "mask_threads": report["mask_threads"],
     }
     result = SectionResult(details=report)
     for r in report["rows"]:

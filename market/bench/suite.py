@@ -264,6 +264,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         llm_dtype=args.llm_dtype,
         llm_static_cache=args.llm_static_cache,
         llm_unfused=args.llm_unfused,
+        llm_quantize=args.llm_quantize,
+        llm_mask_threads=args.llm_mask_threads,
     )
     if args.quick:
         config = quick_config(config)

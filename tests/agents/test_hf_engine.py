@@ -177,6 +177,70 @@ def test_cancelling_an_awaiting_task_stops_its_row(backend: Any) -> None:
     assert cancelled and 0 < other.completion_tokens <= 8
 
 
+def test_masks_written_on_threads_are_the_row_by_row_masks(backend: Any) -> None:
+    """The batch matcher's threads write, for every row, exactly the bits that row's own matcher
+    writes alone, at every step of replies to the bench's observations (rows at different
+    points of different grammars; the rows advance by their lowest allowed token)."""
+    torch = pytest.importorskip("torch")
+    from agents.llm.backends.hf_engine import BatchEngine, _Picker
+
+    engine = backend.loaded.state.get("engine") or _engine_of(backend)
+    threaded = BatchEngine(
+        backend.loaded.model,
+        backend.loaded.tokenizer,
+        backend.loaded.device,
+        backend.loaded.eos_ids,
+        backend.loaded.vocab_size,
+        threads=3,
+    )
+    assert threaded.mask_threads == 3
+    observations = bench_observations(12)
+    grammars = [
+        engine.grammar(legal_action_schema(o.legal_actions, o.seat.startswith("designer")))
+        for o in observations
+    ]
+    matchers = [engine.xgr.GrammarMatcher(g, terminate_without_stop_token=True) for g in grammars]
+    picker = _Picker(threaded, len(matchers))
+    alone = engine.xgr.allocate_token_bitmask(len(matchers), engine.vocab_size)
+    together = engine.xgr.allocate_token_bitmask(len(matchers), engine.vocab_size)
+    for step in range(24):
+        live = [(k, m) for k, m in enumerate(matchers) if not m.is_terminated()]
+        assert len(live) >= 2, step
+        for k, m in live:
+            m.fill_next_token_bitmask(alone, k)
+        together.fill_(0)
+        picker._write(together, live)
+        rows = [k for k, _ in live]
+        assert torch.equal(together[rows], alone[rows]), step
+        assert 3 in threaded._batch_matchers  # written on three threads, not row by row
+        for k, m in live:
+            allowed = torch.nonzero(_unpack(alone[k])[: engine.vocab_size]).flatten()
+            assert m.accept_token(int(allowed[0]))
+
+
+def _unpack(row: Any) -> Any:
+    """A bitmask row (int32 words, bit i of word w: token 32·w + i) as one bool per token."""
+    import torch
+
+    words = row.to(torch.int64) & 0xFFFFFFFF
+    shifts = torch.arange(32, dtype=torch.int64)
+    return ((words.unsqueeze(-1) >> shifts) & 1).flatten().bool()
+
+
+def _engine_of(backend: Any) -> Any:
+    asyncio.run(backend.acomplete(_ask("Say hi."), None, {"max_tokens": 1}))
+    return backend.loaded.state["engine"]
+
+
+def test_mask_threads_are_checked_and_default_to_the_cores() -> None:
+    from agents.llm.backends.hf_engine import MASK_THREADS, mask_threads
+
+    assert mask_threads(1) == 1 and mask_threads(5) == 5
+    assert 1 <= mask_threads() <= MASK_THREADS
+    with pytest.raises(ValueError, match="mask_threads must be at least 1, got 0"):
+        mask_threads(0)
+
+
 def test_bounded_gives_unbounded_strings_and_arrays_a_limit_and_leaves_fixed_ones() -> None:
     schema = {
         "type": "object",

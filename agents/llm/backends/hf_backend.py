@@ -58,6 +58,7 @@ def engine_of(
     window_s: float,
     static_cache: bool = False,
     fused_kernels: bool | None = None,
+    mask_threads: int | None = None,
 ) -> BatchEngine:
     """The one engine of a loaded model (made by the first caller, with its batch settings)."""
     # the engine imports xgrammar and transformers' generation classes: not while another thread
@@ -75,6 +76,7 @@ def engine_of(
                 window_s=window_s,
                 static_cache=static_cache,
                 fused=fused_kernels,
+                threads=mask_threads,
             )
         return engine  # type: ignore[no-any-return]
 
@@ -96,12 +98,15 @@ class HFBackend:
     graph on a GPU (see ``hf_decode``). ``fused_kernels`` rewrites the model's norms, rotary
     embedding and MLPs into fewer kernels where they give the same result (``hf_fused``; None:
     on a GPU only). The first backend to use a loaded model sets these for every backend sharing
-    it.
+    it. ``quantize="int8"`` runs the linear layers as int8 products on the CPU: about twice the
+    tokens a second, at a cost in fidelity (``hf_quantize`` gives the figures; default none).
+    ``mask_threads`` writes a step's grammar masks on up to that many threads, one per row at
+    most (None: the cores, at most 16; 1: row by row).
 
     The model loads on first use (or with :meth:`load`); with ``share_model`` (default) backends
     with the same (path, gguf_file, device, dtype) share one loaded model and its engine, so an
     agent factory per episode does not load the weights again and every seat on the model shares
-    its batches. Loading failures raise ``BackendError``.
+    its batches (backends asking for another ``quantize`` mode load their own copy). Loading failures raise ``BackendError``.
     """
 
     def __init__(
@@ -121,6 +126,8 @@ class HFBackend:
         batch_window_ms: float = DEFAULT_WINDOW_S * 1000,
         static_cache: bool = False,
         fused_kernels: bool | None = None,
+        quantize: str | None = None,
+        mask_threads: int | None = None,
         share_model: bool = True,
         trust_remote_code: bool = False,
         preload: bool = False,
@@ -129,7 +136,7 @@ class HFBackend:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if timeout is not None and float(timeout) <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout}")
-        self.key = ModelKey.of(path, gguf_file, device, dtype, trust_remote_code)
+        self.key = ModelKey.of(path, gguf_file, device, dtype, trust_remote_code, quantize)
         self.source, self.gguf_file = self.key.source, self.key.gguf_file
         require_hf_extra(gguf=self.gguf_file is not None)
         self.path = str(path)
@@ -148,6 +155,9 @@ class HFBackend:
         self.batch_window_ms = float(batch_window_ms)
         self.static_cache = bool(static_cache)
         self.fused_kernels = None if fused_kernels is None else bool(fused_kernels)
+        self.mask_threads = None if mask_threads is None else int(mask_threads)
+        if self.mask_threads is not None and self.mask_threads < 1:
+            raise ValueError(f"mask_threads must be at least 1, got {mask_threads}")
         self.share_model = bool(share_model)
         self.trust_remote_code = bool(trust_remote_code)
         default_name = Path(self.gguf_file).stem if self.gguf_file else Path(self.source).name
@@ -163,6 +173,11 @@ class HFBackend:
         """Load the tokenizer and weights now (otherwise the first call does). Idempotent."""
         self._get_loaded()
         return self
+
+    @property
+    def loaded(self) -> LoadedModel:
+        """The loaded model (loading it now if needed): its device, ``quantize`` mode, notes."""
+        return self._get_loaded()
 
     def _get_loaded(self) -> LoadedModel:
         """The loaded model (once per process per key, see :mod:`.hf_loading`); a load failure
@@ -265,6 +280,7 @@ class HFBackend:
             self.batch_window_ms / 1000.0,
             self.static_cache,
             self.fused_kernels,
+            self.mask_threads,
         )
         return engine, request
 

@@ -15,7 +15,9 @@ row by row (on a GPU the model first gets the fused norm, rotary and MLP kernels
 
 - :class:`_Picker` applies the row's repetition penalty, masks every token its JSON-schema grammar
   forbids (an ``xgrammar`` matcher per row) and takes the arg-max, or for a sampled row draws the
-  token from the row's own ``torch.Generator`` (never torch's global RNG);
+  token from the row's own ``torch.Generator`` (never torch's global RNG). The rows' masks are
+  written by xgrammar's batch matcher on ``mask_threads`` threads: a row's mask costs 0.5–0.9 ms
+  of CPU a step, which at 32 rows is more than a GPU's whole step (docs/benchmarks.md);
 - :meth:`BatchEngine._advance` feeds each new token to the row's matcher and ends the row when
   its JSON object is complete, a stop string appears, its own token limit is reached, its caller
   cancelled it or its deadline passed. The other rows go on; a finished row leaves the growing
@@ -33,6 +35,7 @@ import concurrent.futures
 import inspect
 import json
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -41,6 +44,7 @@ from typing import Any
 
 from agents.llm.backends.hf_decode import GrowingDecoder, StaticDecoder
 from agents.llm.backends.hf_fused import Fused, fuse, using_fused_rotary
+from agents.llm.backends.hf_quantize import is_quantized
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,20 @@ DEFAULT_WINDOW_S = 0.005
 DEFAULT_MAX_BATCH = 32
 #: compiled grammars kept per model (one per distinct schema: a phase's legal actions)
 GRAMMAR_CACHE = 256
+#: the most threads that write the rows' token masks by default (see :func:`mask_threads`)
+MASK_THREADS = 16
+
+
+def mask_threads(asked: int | None = None) -> int:
+    """The most threads writing a step's token masks: ``asked``, or the machine's cores up to
+    :data:`MASK_THREADS`. A step uses at most one thread per row (one: row by row)."""
+    if asked is not None:
+        if int(asked) < 1:
+            raise ValueError(f"mask_threads must be at least 1, got {asked}")
+        return int(asked)
+    return max(1, min(MASK_THREADS, os.cpu_count() or 1))
+
+
 #: how long a batch waits at most for calls announced but not yet submitted (seconds): longer
 #: than eight seats take to build their prompts on a busy 2-core machine, short against a decode
 EXPECT_WAIT_S = 0.25
@@ -188,6 +206,7 @@ class BatchEngine:
         window_s: float = DEFAULT_WINDOW_S,
         static_cache: bool = False,
         fused: bool | None = None,
+        threads: int | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -204,11 +223,19 @@ class BatchEngine:
         import xgrammar as xgr  # type: ignore[import-not-found]
 
         self.xgr = xgr
+        #: the most threads writing the rows' token masks (:func:`mask_threads`)
+        self.mask_threads = mask_threads(threads)
+        self._batch_matchers: dict[int, Any] = {}  # xgrammar's batch matcher per thread count
         on_cuda = str(device).startswith("cuda")
         # fused kernels pay on a GPU, where a step is bound by kernel launches; on a CPU they
         # measured neither faster nor slower, so the model's own code runs there by default
         #: what :func:`~agents.llm.backends.hf_fused.fuse` rewrote (None: not fused)
-        self.fused: Fused | None = fuse(model) if (on_cuda if fused is None else fused) else None
+        want_fused = on_cuda if fused is None else fused
+        if want_fused and is_quantized(model):
+            # the MLP rewrite stacks float weights; int8 layers keep their own products
+            log.warning("fused kernels are off: the model runs int8 weights (hf_quantize)")
+            want_fused = False
+        self.fused: Fused | None = fuse(model) if want_fused else None
         self._growing = GrowingDecoder(model, device, cache_arg)
         self._static = (
             StaticDecoder(model, device, cache_arg, self.vocab_size, graphs=on_cuda)
@@ -475,9 +502,9 @@ class _Picker:
                 picked = logits[k, seen]
                 logits[k, seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
             if row.matcher is not None:
-                row.matcher.fill_next_token_bitmask(self.bitmask, k)
                 constrained.append(k)
         if constrained:
+            self._write(self.bitmask, [(k, rows[k].matcher) for k in constrained])
             self._mask(logits, constrained)
         fed = logits.argmax(dim=-1)
         tokens = fed.tolist()  # the one device sync of the step
@@ -491,11 +518,29 @@ class _Picker:
 
     def fill(self, bits: Any, rows: list[_Row]) -> None:
         """Write each row's allowed next tokens into row k of ``bits`` (all allowed: -1)."""
+        constrained = []
         for k, row in enumerate(rows):
             if row.done or row.matcher is None:
                 bits[k].fill_(-1)
             else:
-                row.matcher.fill_next_token_bitmask(bits, k)
+                constrained.append((k, row.matcher))
+        self._write(bits, constrained)
+
+    def _write(self, bits: Any, rows: list[tuple[int, Any]]) -> None:
+        """Each (k, matcher)'s allowed next tokens into row k of ``bits``: on the engine's mask
+        threads when there are several rows (each row's mask is its own, so the same bits)."""
+        threads = min(self.engine.mask_threads, len(rows))
+        if threads < 2:
+            for k, matcher in rows:
+                matcher.fill_next_token_bitmask(bits, k)
+            return
+        batch = self.engine._batch_matchers.get(threads)
+        if batch is None:
+            batch = self.engine.xgr.BatchGrammarMatcher(max_threads=threads)
+            self.engine._batch_matchers[threads] = batch
+        batch.batch_fill_next_token_bitmask(
+            [matcher for _, matcher in rows], bits, indices=[k for k, _ in rows]
+        )
 
     def _mask(self, logits: Any, rows: list[int]) -> None:
         """Set the logits each row's grammar forbids to -inf: xgrammar's own kernel for the

@@ -57,6 +57,7 @@ from agents.llm.backends.gguf_files import (
     save_conversion,
     warn_once,
 )
+from agents.llm.backends.hf_quantize import QuantizeError, apply_quantize, check_quantize
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class ModelKey:
     device: str
     dtype: str | None
     trust_remote_code: bool
+    quantize: str = "none"  # "none" or "int8" (hf_quantize)
 
     @classmethod
     def of(
@@ -94,12 +96,15 @@ class ModelKey:
         device: str = "cpu",
         dtype: Any = None,
         trust_remote_code: bool = False,
+        quantize: str | None = None,
     ) -> ModelKey:
         """The key of a model folder, ``.gguf`` path or Hub id (raises ``ValueError`` if the
-        path does not exist); ``dtype`` may be a ``torch.dtype`` or its name."""
+        path does not exist or ``quantize`` is not a mode for ``device``); ``dtype`` may be a
+        ``torch.dtype`` or its name."""
         source, gguf = resolve_model_path(path, gguf_file)
         name = None if dtype is None else str(dtype).removeprefix("torch.")
-        return cls(source, gguf, str(device), name, bool(trust_remote_code))
+        mode = check_quantize(quantize, str(device))
+        return cls(source, gguf, str(device), name, bool(trust_remote_code), mode)
 
     def where(self) -> str:
         """The model's location as the user gave it, for messages."""
@@ -115,7 +120,8 @@ class LoadedModel:
     width of the logits. ``converted_from_cache``: the weights came from a cached conversion of
     the GGUF, not the GGUF itself. ``cache_path``: that conversion's folder (None: no cache).
     ``notes``: what did not go as asked (e.g. a cache that could not be written), one sentence
-    each. ``state`` is a free slot for the decoding engine, guarded by ``state_lock``.
+    each. ``quantize``: ``"int8"`` when the linear layers run as int8 products (``hf_quantize``).
+    ``state`` is a free slot for the decoding engine, guarded by ``state_lock``.
     """
 
     key: ModelKey
@@ -131,6 +137,7 @@ class LoadedModel:
     state_lock: threading.Lock = field(default_factory=threading.Lock)
     cache_path: Path | None = None
     notes: tuple[str, ...] = ()
+    quantize: str = "none"  # how the weights run: "none" or "int8" (see hf_quantize)
 
 
 # --- the [hf] extra and model paths ----------------------------------------------------------
@@ -346,6 +353,7 @@ def load_uncached(key: ModelKey, cache_dir: Path | None = None) -> LoadedModel:
             cached, folder, notes = False, None, []
         model.to(device)
         model.eval()
+        quantize = apply_quantize(model, key.quantize, key.device)
         max_positions = getattr(model.config, "max_position_embeddings", None)
         return LoadedModel(
             key=key,
@@ -359,9 +367,12 @@ def load_uncached(key: ModelKey, cache_dir: Path | None = None) -> LoadedModel:
             converted_from_cache=cached,
             cache_path=folder,
             notes=tuple(notes),
+            quantize=quantize,
         )
     except ModelLoadError:
         raise
+    except QuantizeError as exc:
+        error = str(exc)
     except ImportError as exc:  # a package really missing, or an import that broke
         missing = missing_modules(required_modules(key.gguf_file is not None))
         error = (
