@@ -29,10 +29,12 @@ def test_local_model_section_reports_levels_cut_offs_and_the_episode_ratio() -> 
         llm_concurrency=(1, 3),
         llm_decisions_per_slot=2,  # one per slot: 2 decisions at 1, 3 at 3
         llm_episode_labs=3,
+        llm_mask_threads=2,
     )
     report = suite.run_suite(config, ["llm"])
     assert report["skipped"] == {}
     details = report["details"]["llm"]
+    assert (details["mask_threads"], details["quantize"]) == (2, "none")  # as asked; the default
     rows = {r["concurrency"]: r for r in details["rows"]}
     assert set(rows) == {1, 3} and rows[1]["decisions"] == 2 and rows[3]["decisions"] == 3
     for row in rows.values():
