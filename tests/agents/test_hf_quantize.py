@@ -172,3 +172,35 @@ def test_a_bad_mode_in_a_spec_is_a_clear_error(tmp_path: Any) -> None:
     model.write_bytes(b"GGUF")
     with pytest.raises(ValueError, match="quantize='fp4' is not a mode"):
         HFBackend(model, quantize="fp4")
+
+
+@pytest.mark.real_model
+def test_a_bfloat16_gguf_load_is_unpacked_and_says_nothing_of_packed_weights(
+    gguf: Any, tmp_path: Any
+) -> None:
+    """transformers notes that a GGUF's weights "stay packed" in bfloat16; without the kernels
+    package it unpacks them (plain float layers), so the loader drops that wrong note."""
+    import importlib.util
+    import logging
+
+    if importlib.util.find_spec("kernels") is not None:
+        pytest.skip("the kernels package is installed: transformers may keep the weights packed")
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    kept = Kept()
+    gguf_log = logging.getLogger("transformers.quantizers.quantizer_gguf")
+    gguf_log.addHandler(kept)
+    try:
+        loaded = load_uncached(ModelKey.of(gguf, dtype="bfloat16"), tmp_path)
+    finally:
+        gguf_log.removeHandler(kept)
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
+    assert sum(isinstance(m, torch.nn.Linear) for m in loaded.model.modules()) == 30 * 7 + 1
+    assert not [m for m in kept.messages if "weights packed" in m]

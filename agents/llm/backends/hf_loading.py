@@ -254,6 +254,15 @@ def torch_dtype(name: str | None) -> Any:
 # --- loading ---------------------------------------------------------------------------------
 
 
+class _NoPackedWeightsNote(logging.Filter):
+    """Drops transformers' note that a GGUF's weights "stay packed" in a dtype other than
+    float32: without the ``kernels`` package (and its Hub kernel) transformers unpacks every
+    weight into the asked dtype, so the note is wrong and would mislead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "weights packed is fastest" not in record.getMessage()
+
+
 def from_pretrained(source: str, gguf_file: str | None, key: ModelKey) -> tuple[Any, Any]:
     """``(tokenizer, model)`` read by transformers from a folder, Hub id or GGUF (on the CPU)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -264,7 +273,15 @@ def from_pretrained(source: str, gguf_file: str | None, key: ModelKey) -> tuple[
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     if key.dtype is not None:
         kwargs["dtype"] = torch_dtype(key.dtype)
-    model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    quiet = _NoPackedWeightsNote()
+    gguf_log = logging.getLogger("transformers.quantizers.quantizer_gguf")
+    unpacked = gguf_file and importlib.util.find_spec("kernels") is None
+    if unpacked:
+        gguf_log.addFilter(quiet)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    finally:
+        gguf_log.removeFilter(quiet)
     return tokenizer, model
 
 
