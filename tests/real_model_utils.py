@@ -300,3 +300,22 @@ def check_llm_seat(result: Any, seat: str, agent: Any) -> dict[str, float]:
         "completion_tokens": stats["completion_tokens"],
         "latency_s": round(stats["latency_s"], 2),
     }
+
+
+def tiny_llama(dtype: Any = None) -> Any:
+    """A random 2-layer Llama (grouped heads: 4 query heads on 2 key heads), in ``dtype``."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)  # torch's layer init; the tests' own draws use generators
+    model = transformers.LlamaForCausalLM(config).eval()
+    return model.to(dtype) if dtype is not None else model

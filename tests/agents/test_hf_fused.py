@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from real_model_utils import HF_INSTALL, HF_MODULES, require_modules
+from real_model_utils import HF_INSTALL, HF_MODULES, require_modules, tiny_llama
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -28,23 +28,8 @@ from agents.llm.backends.hf_fused import (  # noqa: E402
 )
 
 
-def _tiny_llama() -> Any:
-    """A random 2-layer Llama (grouped heads: 4 query heads on 2 key heads)."""
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)  # torch's layer init; the test's own draws use generators
-    return transformers.LlamaForCausalLM(config).eval()
-
-
 def test_a_fused_model_gives_the_originals_logits_and_adds_no_memory() -> None:
-    original = _tiny_llama()
+    original = tiny_llama()
     model = copy.deepcopy(original)
     record = fuse(model)
     assert (record.norms, record.mlps) == (2 * 2 + 1, 2)  # two per layer and the final one
@@ -123,7 +108,7 @@ def test_another_norm_or_rotary_rule_is_left_out_and_said() -> None:
 
 
 def test_the_rotary_swap_is_undone_when_the_last_of_overlapping_users_leaves() -> None:
-    model = _tiny_llama()
+    model = tiny_llama()
     fuse(model)
     home = getattr(model, FUSED_ATTR).module
     original = home.apply_rotary_pos_emb

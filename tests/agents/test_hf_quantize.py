@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from real_model_utils import HF_INSTALL, HF_MODULES, require_gguf, require_modules
+from real_model_utils import HF_INSTALL, HF_MODULES, require_gguf, require_modules, tiny_llama
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -31,21 +31,6 @@ from agents.llm.backends.hf_quantize import (  # noqa: E402
 needs_int8 = pytest.mark.skipif(
     int8_unavailable() is not None, reason=f"no int8 on this torch: {int8_unavailable()}"
 )
-
-
-def _tiny_llama(dtype: Any = None) -> Any:
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)  # torch's layer init; the test's own draws use generators
-    model = transformers.LlamaForCausalLM(config).eval()
-    return model.to(dtype) if dtype is not None else model
 
 
 def test_modes_are_checked_before_loading() -> None:
@@ -101,14 +86,14 @@ def test_an_int8_layer_rounds_its_weights_per_tensor_and_keeps_the_product() -> 
 
 @needs_int8
 def test_int8_quantises_float32_on_a_cpu_and_refuses_other_dtypes_and_devices() -> None:
-    model = _tiny_llama()
+    model = tiny_llama()
     assert apply_quantize(model, "none", "cpu") == "none" and not is_quantized(model)
     with pytest.raises(QuantizeError, match="runs on the CPU only, not on cuda"):
         apply_quantize(model, "int8", "cuda")
     assert not is_quantized(model)
     assert apply_quantize(model, "int8", "cpu") == "int8" and is_quantized(model)
     assert not [m for m in model.modules() if isinstance(m, torch.nn.Linear)]  # all 2·7 + 1
-    half = _tiny_llama(torch.bfloat16)
+    half = tiny_llama(torch.bfloat16)
     with pytest.raises(
         QuantizeError,
         match="cannot run: int8 products take float32 weights and this model's "
@@ -121,7 +106,7 @@ def test_int8_quantises_float32_on_a_cpu_and_refuses_other_dtypes_and_devices() 
 @needs_int8
 def test_an_int8_model_gives_nearly_the_float_logits() -> None:
     ids = torch.randint(0, 128, (2, 11), generator=torch.Generator().manual_seed(5))
-    floats, ints = _tiny_llama(), _tiny_llama()
+    floats, ints = tiny_llama(), tiny_llama()
     apply_quantize(ints, "int8", "cpu")
     with torch.inference_mode():
         want, got = floats(input_ids=ids).logits, ints(input_ids=ids).logits
