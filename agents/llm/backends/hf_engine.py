@@ -16,8 +16,9 @@ row by row (on a GPU the model first gets the fused norm, rotary and MLP kernels
 - :class:`_Picker` applies the row's repetition penalty, masks every token its JSON-schema grammar
   forbids (an ``xgrammar`` matcher per row) and takes the arg-max, or for a sampled row draws the
   token from the row's own ``torch.Generator`` (never torch's global RNG). The rows' masks are
-  written by xgrammar's batch matcher on ``mask_threads`` threads: a row's mask costs 0.5–0.9 ms
-  of CPU a step, which at 32 rows is more than a GPU's whole step (docs/benchmarks.md);
+  written by xgrammar's batch matcher on ``mask_threads`` threads: a row's mask costs from a few
+  microseconds to milliseconds of CPU a step (most in a long bounded string), which at 32 rows can
+  be more than a GPU's whole step (docs/benchmarks.md);
 - :meth:`BatchEngine._advance` feeds each new token to the row's matcher and ends the row when
   its JSON object is complete, a stop string appears, its own token limit is reached, its caller
   cancelled it or its deadline passed. The other rows go on; a finished row leaves the growing

@@ -111,6 +111,9 @@ def quantize_int8(model: Any) -> int:
 
 def is_quantized(model: Any) -> bool:
     """Whether ``model`` holds dynamically quantised linear layers."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    try:
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    except ImportError:  # a torch without them (see the module docstring) quantised nothing
+        return False
 
     return any(isinstance(m, DynamicLinear) for m in model.modules())
