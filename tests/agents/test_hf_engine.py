@@ -257,12 +257,41 @@ def test_bounded_gives_unbounded_strings_and_arrays_a_limit_and_leaves_fixed_one
     }
     out = bounded(schema)
     props = out["properties"]
-    assert props["offer_id"]["maxLength"] == 24 and props["text"]["maxLength"] == 300
-    assert props["to"]["maxItems"] == 64 and props["to"]["items"]["maxLength"] == 24
-    assert "maxLength" not in props["kind"] and "maxLength" not in props["code"]
-    assert props["short"]["maxLength"] == 5 and props["few"]["maxItems"] == 3
-    assert out["$defs"]["Inner"]["properties"]["job_id"]["maxLength"] == 24
-    assert "maxLength" not in schema["properties"]["offer_id"]  # the caller's schema is untouched
+    ids = "^[A-Za-z0-9_.:-]{1,24}$"
+    assert props["offer_id"]["pattern"] == ids and props["text"]["maxLength"] == 300
+    assert props["to"]["maxItems"] == 64 and props["to"]["items"]["pattern"] == ids
+    assert "maxLength" not in props["kind"] and props["code"] == {
+        "type": "string",
+        "pattern": "[a-z]+",
+    }
+    assert props["short"] == {"type": "string", "maxLength": 5} and props["few"]["maxItems"] == 3
+    assert out["$defs"]["Inner"]["properties"]["job_id"]["pattern"] == ids
+    assert schema["properties"]["offer_id"] == {"type": "string"}  # the caller's is untouched
+
+
+def test_an_id_bound_takes_the_markets_ids_and_nothing_longer(backend: Any) -> None:
+    """Under the id pattern a model can write every id the market makes (offers, coalitions,
+    jobs, seats) and close the string; a 25-character id, an empty one or one with a space or a
+    quote cannot be written."""
+    engine = backend.loaded.state.get("engine") or _engine_of(backend)
+    schema = bounded(
+        {
+            "type": "object",
+            "properties": {"offer_id": {"type": "string"}},
+            "required": ["offer_id"],
+            "additionalProperties": False,
+        }
+    )
+    grammar = engine.grammar(schema)
+
+    def writes(value: str) -> bool:
+        matcher = engine.xgr.GrammarMatcher(grammar, terminate_without_stop_token=True)
+        return bool(matcher.accept_string('{"offer_id": "' + value + '"}'))
+
+    for good in ("o12", "c3", "job7", "bidder_3", "designer_0", "a" * 24, "x-1.2:3"):
+        assert writes(good), good
+    for bad in ("a" * 25, "", "o 12", 'o"1', "ö1"):
+        assert not writes(bad), bad
 
 
 def test_a_static_kv_cache_decodes_the_same_replies_and_is_reused(gguf: Path) -> None:
