@@ -40,6 +40,9 @@ from agents.llm.backends.hf_engine import (
     GenerationRequest,
     GenerationResult,
 )
+from agents.llm.backends.hf_engine import (
+    mask_threads as engine_mask_threads,
+)
 from agents.llm.backends.hf_loading import (
     LOAD_LOCK,
     LoadedModel,
@@ -106,7 +109,8 @@ class HFBackend:
     The model loads on first use (or with :meth:`load`); with ``share_model`` (default) backends
     with the same (path, gguf_file, device, dtype) share one loaded model and its engine, so an
     agent factory per episode does not load the weights again and every seat on the model shares
-    its batches (backends asking for another ``quantize`` mode load their own copy). Loading failures raise ``BackendError``.
+    its batches (backends asking for another ``quantize`` mode load their own copy). Loading
+    failures raise ``BackendError``.
     """
 
     def __init__(
@@ -155,9 +159,8 @@ class HFBackend:
         self.batch_window_ms = float(batch_window_ms)
         self.static_cache = bool(static_cache)
         self.fused_kernels = None if fused_kernels is None else bool(fused_kernels)
-        self.mask_threads = None if mask_threads is None else int(mask_threads)
-        if self.mask_threads is not None and self.mask_threads < 1:
-            raise ValueError(f"mask_threads must be at least 1, got {mask_threads}")
+        # checked now (the engine is made later, by the first call); None: the engine's default
+        self.mask_threads = None if mask_threads is None else engine_mask_threads(mask_threads)
         self.share_model = bool(share_model)
         self.trust_remote_code = bool(trust_remote_code)
         default_name = Path(self.gguf_file).stem if self.gguf_file else Path(self.source).name

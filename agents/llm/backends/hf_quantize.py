@@ -57,6 +57,10 @@ def int8_unavailable() -> str | None:
     return None
 
 
+def _on_cpu(device: str) -> bool:
+    return str(device).split(":")[0] == "cpu"
+
+
 def check_quantize(mode: str | None, device: str) -> str:
     """``mode`` by its name (None is ``"none"``), checked before anything loads: raises
     :class:`QuantizeError` for an unknown mode or int8 asked for on a device other than the CPU."""
@@ -65,7 +69,7 @@ def check_quantize(mode: str | None, device: str) -> str:
         raise QuantizeError(
             f"quantize={mode!r} is not a mode; use one of {', '.join(QUANTIZE_MODES)}"
         )
-    if name == "int8" and str(device).split(":")[0] != "cpu":
+    if name == "int8" and not _on_cpu(device):
         raise QuantizeError(
             f"quantize=int8 runs on the CPU only, not on {device}; on a GPU use "
             "dtype=bfloat16 (or quantize=none)"
@@ -81,9 +85,9 @@ def apply_quantize(model: Any, mode: str, device: str) -> str:
     if mode == "none":
         return "none"
     why = int8_unavailable()
-    dtypes = {p.dtype for p in model.parameters()}
-    if why is None and str(device).split(":")[0] != "cpu":
+    if why is None and not _on_cpu(device):
         why = f"it runs on the CPU only, not on {device}"
+    dtypes = {p.dtype for p in model.parameters()}
     if why is None and dtypes != {torch.float32}:
         names = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
         why = f"int8 products take float32 weights and this model's are {names}"
