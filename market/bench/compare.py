@@ -156,6 +156,8 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
         "seconds and size",
         "llm": _llm_note(report["details"].get("llm")),
         "serve": _serve_note(report["details"].get("serve")),
+        "peer": "steps per CPU second against the GPU-arena seed's env with its expert policy "
+        "(median of interleaved passes); ratio = ours / the seed's",
     }
     for section in report["options"]["sections"]:
         metrics = [m for m in report["metrics"] if m["section"] == section]

@@ -27,6 +27,7 @@ SECTIONS: tuple[str, ...] = (
     "llm",
     "serve",
     "ray",
+    "peer",  # only with --peer-arena DIR
 )
 TARGET_STEPS_PER_SECOND = 10_000
 TARGET_CLEARING_MS = 20.0
@@ -85,6 +86,7 @@ class BenchConfig:
     serve_sessions: int = 64  # concurrent remote-seat clients of the served-matches load test
     serve_decisions: int = 20  # remote decisions per client
     serve_scenario: str = "market_round"
+    peer_arena: Path | None = None  # a checkout of the GPU-arena seed to time against
     quick: bool = False
 
 
@@ -197,9 +199,17 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
         "--only",
         type=parse_sections,
         metavar="S1,S2",
-        help=f"only these sections: {','.join(SECTIONS)} (default: all)",
+        help=f"only these sections: {','.join(SECTIONS)} (default: all; peer only with "
+        "--peer-arena)",
     )
     bench.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run for CI")
+    bench.add_argument(
+        "--peer-arena",
+        type=Path,
+        metavar="DIR",
+        help="peer: also time the GPU-arena seed's env from this checkout (the folder holding "
+        "gpu_budget_arena/) against the built-in scenarios of the same names",
+    )
     bench.add_argument("--json", type=Path, help="write the figures (and machine info) as JSON")
     bench.add_argument(
         "--compare",

@@ -69,6 +69,7 @@ from market.bench.expert import TARGET_SHARE, section_expert
 from market.bench.llm import section_llm
 from market.bench.llm_local import section_local_llm
 from market.bench.memory import section_memory
+from market.bench.peer import PeerArenaError, check_peer_dir, peer_targets, section_peer
 from market.bench.report import TARGET_EPISODES, TARGET_MB, TARGET_SECONDS, section_report
 from market.bench.serve import section_serve
 from market.bench.throughput import section_episodes, section_ray, section_steps, section_transcript
@@ -97,6 +98,7 @@ RUNNERS: dict[str, Callable[[BenchConfig], SectionResult]] = {
     "report": section_report,
     "llm": lambda config: section_local_llm(config) if config.llm_hf else section_llm(config),
     "serve": section_serve,
+    "peer": section_peer,
 }
 
 
@@ -149,11 +151,13 @@ def _git_commit() -> str | None:
 
 def run_suite(
     config: BenchConfig,
-    sections: Iterable[str] = SECTIONS,
+    sections: Iterable[str] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the selected sections; a section that cannot run (or fails) is listed in
-    ``skipped`` with the reason and the others still run."""
+    """Run the selected sections (default: :func:`default_sections`); a section that cannot run
+    (or fails) is listed in ``skipped`` with the reason and the others still run."""
+    if sections is None:
+        sections = default_sections(config.peer_arena is not None)
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "machine": machine_info(),
@@ -221,6 +225,9 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "ok": big["seconds"] <= TARGET_SECONDS,
             }
         )
+    peer = report["details"].get("peer")
+    if peer:
+        out.extend(peer_targets(peer))
     clearing = report["details"].get("clearing")
     if clearing:
         ref = clearing["nlogn_exponent"]
@@ -266,6 +273,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         llm_unfused=args.llm_unfused,
         llm_quantize=args.llm_quantize,
         llm_mask_threads=args.llm_mask_threads,
+        peer_arena=args.peer_arena,
     )
     if args.quick:
         config = quick_config(config)
@@ -292,13 +300,18 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.json and not args.json.parent.is_dir() and str(args.json.parent) not in ("", "."):
         return _fail(f"--json {args.json}: folder {args.json.parent} does not exist")
     try:
+        if args.peer_arena is not None:
+            check_peer_dir(args.peer_arena)
+    except PeerArenaError as exc:
+        return _fail(str(exc))
+    try:
         old = load_report(Path(compare[0])) if compare else None
         if len(compare) == 2:
             new, new_label = load_report(Path(compare[1])), compare[1]
         else:
             new = run_suite(
                 config_from_args(args),
-                args.only or SECTIONS,
+                args.only,
                 log=lambda text: print(text, file=sys.stderr),
             )
             print_report(new)
@@ -313,6 +326,11 @@ def bench_command(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     print_comparison(cmp, compare[0], new_label)
     return 1 if cmp.regressions else 0
+
+
+def default_sections(peer: bool) -> tuple[str, ...]:
+    """Every section; ``peer`` only when a seed checkout was given."""
+    return SECTIONS if peer else tuple(s for s in SECTIONS if s != "peer")
 
 
 def _fail(message: str) -> int:
