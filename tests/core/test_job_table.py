@@ -174,3 +174,50 @@ def test_batch_auction_payments_match_one_by_one() -> None:
     assert world.holdings.tobytes() == twin.holdings.tobytes()
     assert world.blocks_issued.tolist() == twin.blocks_issued.tolist()
     assert int(twin.blocks_issued[2]) == 8
+
+
+def _play(scenario: str, seed: int) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Every step of a default-seat episode: the seat, the state digest after it and every
+    seat's reward of the step (as float.hex)."""
+    from agents.registry import make_agent
+    from market.run.rollout import default_seats
+
+    env = raw_env(scenario)
+    env.reset(seed=seed)
+    agents = {seat: make_agent(spec) for seat, spec in default_seats(env.scenario).items()}
+    for seat, agent in agents.items():
+        agent.reset(seed=env.seat_seed(seat))
+    trace = []
+    for seat in env.agent_iter():
+        obs, _, term, trunc, _ = env.last()
+        env.step(None if term or trunc else agents[seat].act(obs))
+        rewards = tuple(float(env.rewards.get(s, 0.0)).hex() for s in env.possible_agents)
+        trace.append((seat, env.state_digest(), rewards))
+    return trace
+
+
+@pytest.mark.parametrize(
+    ("scenario", "seed"),
+    [
+        ("single_trade", 3),
+        ("market_round", 5),
+        ("coalition_market", 7),
+        ("shock_storm", 2),
+        ("market_round_hard", 11),
+        ("mechanism_stage_3", 4),
+    ],
+)
+def test_small_closes_run_lab_by_lab_with_the_tables_results(
+    scenario: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round close under ``TABLE_MIN_JOBS`` runs lab by lab on the job objects; forcing either
+    path for every close gives the same episode: every step's state digest and every seat's
+    reward, bit for bit."""
+    from market.core import round_close
+
+    monkeypatch.setattr(round_close, "TABLE_MIN_JOBS", 0)  # always the table
+    table = _play(scenario, seed)
+    monkeypatch.setattr(round_close, "TABLE_MIN_JOBS", 10**9)  # always lab by lab
+    lab_by_lab = _play(scenario, seed)
+    assert len(table) > 10
+    assert lab_by_lab == table
