@@ -34,8 +34,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from market.bench.config import BenchConfig, SectionResult, SectionSkipped, metric
-from market.bench.config import run_in_subprocess as _run_in_subprocess
+from market.bench.config import (
+    BenchConfig,
+    SectionResult,
+    SectionSkipped,
+    metric,
+    run_in_subprocess,
+)
+from market.core.seats import is_bidder_seat
+from market.environment.aec import raw_env
+from market.run.rollout import run_episode
 
 TASKS: tuple[str, ...] = ("single_trade", "market_round", "coalition_market")
 LINEUPS: tuple[str, ...] = ("seed_expert", "default", "rule_expert")
@@ -95,9 +103,6 @@ def seed_player(task: str) -> Play:
 def our_player(task: str, lineup: str) -> Play:
     """One episode of this package's built-in scenario ``task`` with the ``lineup``'s seats on
     one reused env; returns the AEC steps taken."""
-    from market.environment.aec import raw_env
-    from market.run.rollout import run_episode
-
     env = raw_env(task)
     seats = lineup_seats(env.possible_agents, lineup)
 
@@ -110,8 +115,6 @@ def our_player(task: str, lineup: str) -> Play:
 def lineup_seats(seats: list[str], lineup: str) -> dict[str, str] | None:
     """The seat overrides of a line-up of ours: none for ``default``, ``rule_expert`` in every
     bidder seat for ``rule_expert``."""
-    from market.core.seats import is_bidder_seat
-
     if lineup == "default":
         return None
     if lineup == "rule_expert":
@@ -183,7 +186,7 @@ def section_peer(config: BenchConfig) -> SectionResult:
         )
     root = check_peer_dir(config.peer_arena)
     # every task and line-up gets `seconds` of CPU time in all, as a scenario does in `steps`
-    found = _run_in_subprocess(__name__, "peer_rates", str(root), config.seconds, PASSES)
+    found = run_in_subprocess(__name__, "peer_rates", str(root), config.seconds, PASSES)
     metrics = []
     for task, row in found["tasks"].items():
         metrics.append(
