@@ -46,7 +46,8 @@ from market.environment.aec import raw_env
 from market.run.rollout import run_episode
 
 TASKS: tuple[str, ...] = ("single_trade", "market_round", "coalition_market")
-LINEUPS: tuple[str, ...] = ("seed_expert", "default", "rule_expert")
+OURS: tuple[str, ...] = ("default", "rule_expert")  # our line-ups, each compared with the seed's
+LINEUPS: tuple[str, ...] = ("seed_expert", *OURS)
 PASSES = 5
 SEED_PACKAGE = "gpu_budget_arena"
 SEED_MODULES: tuple[str, ...] = ("env.py", "models.py", "baselines.py")
@@ -142,8 +143,8 @@ def peer_rates(peer_dir: str, seconds: float, passes: int = PASSES) -> dict[str,
     players: dict[tuple[str, str], Play] = {}
     for task in TASKS:
         players[task, "seed_expert"] = seed_player(task)
-        players[task, "default"] = our_player(task, "default")
-        players[task, "rule_expert"] = our_player(task, "rule_expert")
+        for lineup in OURS:
+            players[task, lineup] = our_player(task, lineup)
     for play in players.values():
         play(0)  # warm-up: imports, caches, the first reset
     slice_s = seconds / max(1, passes)
@@ -160,7 +161,7 @@ def peer_rates(peer_dir: str, seconds: float, passes: int = PASSES) -> dict[str,
         for lineup in LINEUPS:
             row[lineup] = statistics.median(rates[task, lineup])
             row[f"{lineup}_passes"] = rates[task, lineup]
-        for lineup in ("default", "rule_expert"):
+        for lineup in OURS:
             row[f"{lineup}_ratio"] = row[lineup] / row["seed_expert"]
         tasks[task] = row
     return {"tasks": tasks, "passes": max(1, passes), "peer_commit": _commit_of(root)}
@@ -189,28 +190,14 @@ def section_peer(config: BenchConfig) -> SectionResult:
     found = run_in_subprocess(__name__, "peer_rates", str(root), config.seconds, PASSES)
     metrics = []
     for task, row in found["tasks"].items():
-        metrics.append(
-            metric(
-                f"peer.{task}.seed_expert.steps_per_cpu_s",
-                row["seed_expert"],
-                "steps/CPU s",
-                "higher",
-                "peer",
-            )
-        )
-        for lineup in ("default", "rule_expert"):
+        for lineup in LINEUPS:
+            name, value = f"peer.{task}.{lineup}", row[lineup]
             metrics.append(
-                metric(
-                    f"peer.{task}.{lineup}.steps_per_cpu_s",
-                    row[lineup],
-                    "steps/CPU s",
-                    "higher",
-                    "peer",
-                )
+                metric(f"{name}.steps_per_cpu_s", value, "steps/CPU s", "higher", "peer")
             )
-            metrics.append(
-                metric(f"peer.{task}.{lineup}.ratio", row[f"{lineup}_ratio"], "x", "higher", "peer")
-            )
+            if lineup in OURS:
+                ratio = row[f"{lineup}_ratio"]
+                metrics.append(metric(f"{name}.ratio", ratio, "x", "higher", "peer"))
     return SectionResult(metrics, {"peer_dir": str(root), **found})
 
 
