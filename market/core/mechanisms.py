@@ -146,12 +146,15 @@ def _validate(bids: np.ndarray, capacity: int, reserve: float, priority: np.ndar
     if b.ndim != 2:
         raise ValueError(f"bids must be a 2-D (n_bidders, n_units) array, got shape {b.shape}")
     n = b.shape[0]
-    if np.isnan(b).any() or (b == np.inf).any():  # np.isposinf is slow (errstate)
+    if not (b < np.inf).all():  # False exactly for NaN and +inf (one pass over the matrix)
         raise ValueError("bids must not contain NaN or +inf (use a negative entry for 'no bid')")
     # Rows must be non-increasing once every negative entry is read as the same "no bid".
     clean = np.where(b < 0, -1.0, b)
-    rise = clean[:, 1:] - clean[:, :-1]
-    bad = rise > _MONOTONE_RTOL * np.maximum(1.0, np.abs(clean[:, :-1]))
+    before = clean[:, :-1]
+    rise = clean[:, 1:] - before
+    tolerance = np.maximum(before, 1.0)  # = max(1, |before|), as before >= -1
+    tolerance *= _MONOTONE_RTOL
+    bad = rise > tolerance
     if bad.any():
         i, k = (int(x) for x in np.argwhere(bad)[0])
         raise ValueError(
@@ -191,9 +194,19 @@ def _validate(bids: np.ndarray, capacity: int, reserve: float, priority: np.ndar
 
 def _ranked_units(book: _Book) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Eligible unit bids in rank order: ``(bidder, unit index, bid)``, best first."""
+    n, m = book.bids.shape
+    by_priority = np.argsort(book.priority, kind="stable")
+    ranked_priority = book.priority[by_priority]
+    if not (ranked_priority[1:] == ranked_priority[:-1]).any():
+        # distinct priorities: listing the units row by row in priority order puts them in tie
+        # order, so one stable sort by value ranks them (about 3x faster than the general case)
+        at, cols = np.nonzero(book.eligible[by_priority])
+        rows = by_priority[at]
+        values = book.bids[rows, cols]
+        order = np.argsort(-values, kind="stable")
+        return rows[order], cols[order], values[order]
     rows, cols = np.nonzero(book.eligible)
     values = book.bids[rows, cols]
-    n, m = book.bids.shape
     _, level = np.unique(book.priority, return_inverse=True)  # dense priority ranks 0..n-1
     if n * n * max(m, 1) < 2**62:
         # the three tie-break keys (priority, unit, bidder) packed into one unique integer

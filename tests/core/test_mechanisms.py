@@ -497,17 +497,20 @@ def test_bench_clearing_reports_every_type() -> None:
     assert all(v >= 0 for v in timings.values())
 
 
+@pytest.mark.parametrize("distinct", [False, True], ids=["shared_priorities", "permutation"])
 @pytest.mark.parametrize("seed", range(6))
-def test_rank_order_packs_the_tie_breaks_exactly(seed: int) -> None:
-    """The packed tie-break key ranks unit bids exactly as the textbook rule: higher bid, then
-    lower priority, then lower unit index, then lower bidder index (ties and shared priorities
-    are made common on purpose)."""
+def test_rank_order_packs_the_tie_breaks_exactly(seed: int, distinct: bool) -> None:
+    """Unit bids rank exactly as the textbook rule: higher bid, then lower priority, then lower
+    unit index, then lower bidder index (equal bids made common on purpose). Priorities that are
+    a permutation (as the env draws them) take the one-stable-sort path; shared ones the
+    packed-key path."""
     from market.core.mechanisms import _ranked_units, _validate
 
     rng = np.random.default_rng(seed)
-    n, m = int(rng.integers(1, 40)), int(rng.integers(1, 8))
+    n, m = int(rng.integers(2, 40)), int(rng.integers(1, 8))
     bids = -np.sort(-rng.integers(0, 5, size=(n, m)).astype(float), axis=1)
-    priority = rng.integers(0, 4, size=n)  # many bidders share a priority
+    # shared: many bidders share a priority; distinct: a permutation, not in row order
+    priority = rng.permutation(n) if distinct else rng.integers(0, 4, size=n)
     book = _validate(bids, 10, 1.0, priority)
     rows, cols, values = _ranked_units(book)
     expected = sorted(
