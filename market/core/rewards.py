@@ -38,15 +38,43 @@ def optimal_welfare(unit_values: np.ndarray, remaining: np.ndarray, blocks: int)
     """The most value ``blocks`` blocks can create this round (expected value before failures).
 
     Each live, runnable job offers ``remaining`` units of progress worth ``unit_value`` each; with
-    identical blocks the knapsack is solved exactly by taking the best units first.
+    identical blocks the knapsack is solved exactly by taking the best units first. The sum is
+    exact (correctly rounded), so it depends on neither the jobs' order nor the CPU.
     """
     if blocks <= 0 or unit_values.size == 0:
         return 0.0
-    units = np.repeat(unit_values, remaining)
-    if units.size > blocks:
-        # partition's output order depends on the CPU's SIMD path: sum exactly (order-free)
-        units = np.partition(units, units.size - blocks)[units.size - blocks :]
-    return math.fsum(units.tolist())
+    remaining = np.asarray(remaining, dtype=np.int64)
+    order = np.argsort(-unit_values, kind="stable")
+    rem = remaining[order]
+    before = np.cumsum(rem) - rem  # units of better jobs
+    take = np.minimum(rem, np.maximum(0, blocks - before))
+    terms = exact_products(unit_values[order], take)
+    if terms is None:  # out of the split's range: add the units one by one
+        return math.fsum(np.repeat(unit_values[order], take).tolist())
+    return math.fsum(terms)
+
+
+_SPLITTER = float(2**27 + 1)  # Veltkamp's constant for float64
+
+
+def exact_products(values: np.ndarray, counts: np.ndarray) -> list[float] | None:
+    """Floats whose exact sum is ``sum(values[k] * counts[k])``, with no rounding anywhere (None
+    when a count is 2**26 or more, or a value too large or too small to split exactly).
+
+    Each value is split (Veltkamp) into a high and a low part of at most 26 significant bits
+    each; times a count below 2**26 each part's product fits in 53 bits, so it is exact. Adding
+    the parts with ``math.fsum`` gives the correctly rounded sum of ``counts[k]`` copies of every
+    ``values[k]``, the same float as ``math.fsum`` over the copies themselves.
+    """
+    if counts.size and int(counts.max()) >= 2**26:
+        return None
+    magnitude = np.abs(values)
+    if not (magnitude < 2.0**995).all() or ((magnitude < 2.0**-960) & (magnitude > 0)).any():
+        return None  # too large to scale, or so small that a part could lose bits
+    scaled = _SPLITTER * values
+    high = scaled - (scaled - values)
+    low = values - high
+    return [*(high * counts).tolist(), *(low * counts).tolist()]
 
 
 def gini(x: np.ndarray) -> float:

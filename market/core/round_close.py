@@ -147,7 +147,7 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
         lottery,
         m.judge,
         m.judge_history,
-        table.needs(reliability).tolist() if table and mechanism.shill_penalty > 0 else None,
+        table.needs(reliability) if table and mechanism.shill_penalty > 0 else None,
     )
     rewards: list[RewardEvent] = []
     for component, amounts in (

@@ -87,30 +87,39 @@ def _affordable(bids: list[float], pool: float) -> list[float]:
 
 
 def true_needs(
-    world: World, labs: list[int], now: int, runnable_units: Sequence[int] | None = None
-) -> dict[int, int]:
-    """Each lab's true need: blocks of progress its live jobs that round ``now``'s reliability
-    can run still need, minus the blocks it already holds for ``now`` (never below 0).
+    world: World,
+    labs: list[int],
+    now: int,
+    runnable_units: np.ndarray | Sequence[int] | None = None,
+) -> np.ndarray:
+    """Per lab (an int array over every lab; 0 for labs not in ``labs``): the true need of each
+    lab in ``labs``, the blocks of progress its live jobs that round ``now``'s reliability can
+    run still need, minus the blocks it already holds for ``now`` (never below 0).
 
     ``runnable_units`` (per lab, the first term for every active lab, as the round close's job
     table gives it) saves the walk over the jobs."""
-    rel = float(world.reliability[now])
-    held = world.holdings[:, now].tolist()
+    held = world.holdings[:, now]
+    needs = np.zeros(len(world.labs), dtype=np.int64)
+    if not labs:
+        return needs
+    rows = np.asarray(labs, dtype=np.int64)
     if runnable_units is not None and all(world.labs[lab].active for lab in labs):
-        return {lab: max(0, runnable_units[lab] - held[lab]) for lab in labs}
-    jobs_of = world.labs
-    return {
-        lab: max(
-            0,
-            sum(
-                j.size - j.progress
-                for j in jobs_of[lab].jobs
-                if j.status == "active" and j.min_reliability <= rel  # runnable(j, rel)
-            )
-            - held[lab],
+        units = np.asarray(runnable_units, dtype=np.int64)[rows]
+    else:
+        rel = float(world.reliability[now])
+        units = np.array(
+            [
+                sum(
+                    j.size - j.progress
+                    for j in world.labs[lab].jobs
+                    if j.status == "active" and j.min_reliability <= rel  # runnable(j, rel)
+                )
+                for lab in labs
+            ],
+            dtype=np.int64,
         )
-        for lab in labs
-    }
+    needs[rows] = np.maximum(0, units - held[rows])
+    return needs
 
 
 def clear_round(
@@ -125,7 +134,7 @@ def clear_round(
     lottery_rng: np.random.Generator,
     judge: Judge | None = None,
     judge_history: JudgeHistory | None = None,
-    runnable_units: Sequence[int] | None = None,
+    runnable_units: np.ndarray | Sequence[int] | None = None,
 ) -> RoundResult:
     # one canonical row order (labs by index, then coalitions by id), so that payments, budgets
     # and revenue come out bit-identical whatever order the caller listed the bids in
@@ -153,7 +162,7 @@ def clear_round(
     needs = (
         true_needs(world, [e.lab for e in entries if e.coalition_id is None], now, runnable_units)
         if mechanism.shill_penalty > 0
-        else {}
+        else None
     )
     # a member may have left after the leader bid: a coalition bids only what its pool can pay
     entries = [
@@ -165,15 +174,16 @@ def clear_round(
         for e in entries
     ]
     auctioned = capacity - granted
-    width = max((len(e.bids) for e in entries), default=0)
     # one row per entry, padded with -1 (built from plain lists: no numpy call per row)
-    width = max(width, 1)
-    lengths = np.array([len(e.bids) for e in entries], dtype=np.int64)
+    schedules = [e.bids for e in entries]
+    rows = np.array([e.lab for e in entries], dtype=np.int64)
+    lengths = np.fromiter(map(len, schedules), dtype=np.int64, count=len(schedules))
+    width = max(int(lengths.max()), 1) if len(schedules) else 1
     matrix = np.full((len(entries), width), -1.0)
     matrix[np.arange(width) < lengths[:, None]] = np.fromiter(
-        chain.from_iterable(e.bids for e in entries), dtype=float, count=int(lengths.sum())
+        chain.from_iterable(schedules), dtype=float, count=int(lengths.sum())
     )
-    row_priority = np.asarray(priority)[[e.lab for e in entries]].astype(np.int64)
+    row_priority = np.asarray(priority)[rows].astype(np.int64)
     result = RoundResult(
         now, mechanism, reserve, capacity, auctioned, reserve, 0, 0.0, entries, verdicts=verdicts
     )
@@ -205,12 +215,12 @@ def clear_round(
             for member, got in split_blocks(coalition, blocks).items():
                 issue_blocks(world, member, now, got)
                 result.won[member] = result.won.get(member, 0) + got
-        if mechanism.shill_penalty > 0:  # over the labs' own rows (the first ``own``)
+        if needs is not None:  # the shill rule, over the labs' own rows (the first ``own``)
             won_own = np.array(alloc[:own], dtype=np.int64)
-            flagged_own = np.maximum(0, won_own - np.array([needs[lab] for lab in payers]))
+            flagged_own = np.maximum(0, won_own - needs[rows[:own]])
             setter = outcome.price_setter
             if setter is not None and 0 <= setter < own:
-                need, got = needs[payers[setter]], alloc[setter]
+                need, got = int(needs[payers[setter]]), alloc[setter]
                 flagged_own[setter] += int(got >= need and len(entries[setter].bids) > got)
             for row in np.flatnonzero(flagged_own).tolist():  # in row order
                 result.shill[payers[row]] = pay_operator(
@@ -218,7 +228,6 @@ def clear_round(
                 )
     # collusion: the graph sees every lab's bidding, including through coalition rows
     n = len(world.labs)
-    rows = np.array([e.lab for e in entries], dtype=np.int64)
     bid_units = np.zeros(n, dtype=np.int64)
     np.add.at(bid_units, rows, lengths)
     bid_max = np.zeros(n)

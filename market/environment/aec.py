@@ -229,8 +229,16 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
 
     def _lab_rewards(self, events: Iterable[RewardEvent]) -> None:
         labs, unit = self.world.labs, self.scenario.rewards.value_unit  # seats built at reset
+        rewards, rewarded, pending_of = self.rewards, self.rewarded, self._pending
         for lab, component, credits in events:  # thousands in a round close at scale
-            self._reward(labs[lab].seat, component, float(credits) / unit)
+            value = float(credits) / unit  # :meth:`_reward`, inlined: the same sums in order
+            seat = labs[lab].seat
+            if value == 0.0 or seat not in rewards:
+                continue
+            rewards[seat] += value
+            rewarded.add(seat)
+            pending = pending_of[seat]
+            pending[component] = pending.get(component, 0.0) + value
 
     def seat_seed(self, agent: str) -> int:
         """The seed for the agent in ``agent``'s seat (derived; reveals nothing about the episode seed)."""

@@ -4,13 +4,23 @@ helper functions, and proof that talk alone cannot be farmed.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import ScriptedAgent, WaitAgent, craft, errors, job, make_env, population, run_episode
 
 import market
 from market.core.actions import AcceptOffer, Bid, SendOffer
-from market.core.rewards import designer_composite, gini, optimal_welfare, stability
+from market.core.rewards import (
+    designer_composite,
+    exact_products,
+    gini,
+    optimal_welfare,
+    stability,
+)
 from scenarios import builtin_names, load_scenario
 
 TALK = 0.01
@@ -236,3 +246,40 @@ def test_spam_never_beats_waiting(scenario: str) -> None:
                 continue
             # every spam turn costs at least the talk cost, so on average it does strictly worse
             assert np.mean(spamming) < np.mean(waiting) - 0.5 * env.scenario.rewards.talk_cost, spam
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    jobs=st.lists(
+        st.tuples(
+            st.floats(0.0, 1e6, allow_nan=False)
+            | st.sampled_from([0.1, 1 / 3, 2.5, 7.123456789])  # ties between jobs
+            | st.floats(1e-300, 1e300),
+            st.integers(0, 20),
+        ),
+        max_size=30,
+    ),
+    blocks=st.integers(-1, 400),
+)
+def test_optimal_welfare_is_the_exact_sum_of_the_best_units(
+    jobs: list[tuple[float, int]], blocks: int
+) -> None:
+    """By hand: list every unit, take the ``blocks`` best, add them exactly (``math.fsum``)."""
+    units = sorted((v for v, n in jobs for _ in range(n)), reverse=True)
+    expected = math.fsum(units[: max(blocks, 0)])
+    values = np.array([v for v, _ in jobs], dtype=float)
+    remaining = np.array([n for _, n in jobs], dtype=np.int64)
+    got = optimal_welfare(values, remaining, blocks)
+    assert got == expected and math.copysign(1, got) == math.copysign(1, expected)
+    # the job order does not matter, bit for bit
+    flipped = optimal_welfare(values[::-1].copy(), remaining[::-1].copy(), blocks)
+    assert flipped.hex() == got.hex()
+
+
+def test_optimal_welfare_outside_the_split_range_adds_unit_by_unit() -> None:
+    assert exact_products(np.array([0.1]), np.array([2**26])) is None  # product could round
+    assert exact_products(np.array([1e-300]), np.array([3])) is None  # a part could lose bits
+    assert exact_products(np.array([1e301]), np.array([3])) is None  # the split overflows
+    tiny = np.array([1e-300, 3e-301, 0.5])
+    got = optimal_welfare(tiny, np.array([3, 2, 1]), 4)
+    assert got == math.fsum([0.5, 1e-300, 1e-300, 1e-300])
