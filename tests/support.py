@@ -126,6 +126,7 @@ def craft(
     if reputations is not None:
         for lab, r in zip(w.labs, reputations, strict=True):
             lab.reputation = float(r)
+        w.reputation_version += 1  # as lose_reputation() does: views rebuild the reputations
     if jobs is not None:
         for i, lab in enumerate(w.labs):
             lab.jobs = list(jobs.get(i, []))

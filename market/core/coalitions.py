@@ -27,7 +27,7 @@ from market.core.ledger import (
 )
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import seat_index
-from market.core.penalties import COALITION_EXIT_REPUTATION_LOSS
+from market.core.penalties import COALITION_EXIT_REPUTATION_LOSS, lose_reputation
 from market.core.world import World
 
 MAX_OPEN_COALITIONS = 4
@@ -170,9 +170,7 @@ def handle_leave(
     penalty = 0.0
     if coalition.status == "active" and now <= coalition.term_end and not forced:
         penalty = pay_operator(world, me, mechanism.withdrawal_penalty)
-        world.labs[me].reputation = max(
-            0.0, world.labs[me].reputation - COALITION_EXIT_REPUTATION_LOSS
-        )
+        lose_reputation(world, me, COALITION_EXIT_REPUTATION_LOSS)
     _refund(world, coalition, me)
     coalition.pledges.pop(me, None)
     coalition.members.remove(me)

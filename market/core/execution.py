@@ -15,7 +15,7 @@ import numpy as np
 
 from market.core.ledger import move_blocks, pay_operator, release_collateral, transfer_credits
 from market.core.negotiation import Book, Contract
-from market.core.penalties import BREACH_REPUTATION_LOSS
+from market.core.penalties import BREACH_REPUTATION_LOSS, lose_reputation
 from market.core.world import Job, World
 
 
@@ -64,7 +64,7 @@ def deliver_contract(world: World, contract: Contract, withdrawal_penalty: float
     if held - from_collateral - compensation > 0:
         release_collateral(world, seller, held - from_collateral - compensation)
     penalty = pay_operator(world, seller, withdrawal_penalty * shortfall)
-    lab.reputation = max(0.0, lab.reputation - BREACH_REPUTATION_LOSS * shortfall / contract.blocks)
+    lose_reputation(world, seller, BREACH_REPUTATION_LOSS * shortfall / contract.blocks)
     return Breach(contract, shortfall, refund, penalty, max(0.0, compensation))
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from market.core.coalitions import Coalition, CoalitionBook
 from market.core.execution import runnable
 from market.core.ledger import move_blocks, pay_from_escrow
-from market.core.penalties import BREACH_REPUTATION_LOSS
+from market.core.penalties import BREACH_REPUTATION_LOSS, lose_reputation
 from market.core.seats import bidder_seat
 from market.core.world import World
 from scenarios.schema import DeliverySpec
@@ -127,8 +127,7 @@ def settle_pool(
     _move(world, members, given, received, now)
     _compensate(world, coalition, settlement, spec)
     for m, s in settlement.defaults.items():
-        lab = world.labs[m]
-        lab.reputation = max(0.0, lab.reputation - BREACH_REPUTATION_LOSS * s / pledged[m])
+        lose_reputation(world, m, BREACH_REPUTATION_LOSS * s / pledged[m])
     return settlement
 
 

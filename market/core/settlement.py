@@ -34,7 +34,7 @@ from market.core.judge import (
 from market.core.ledger import issue_blocks, pay_for_block_rows, pay_operator
 from market.core.mechanisms import Mechanism, clear
 from market.core.negotiation import Book
-from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS
+from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS, lose_reputation
 from market.core.pledges import PoolSettlement
 from market.core.world import World
 
@@ -156,8 +156,7 @@ def clear_round(
             issue_blocks(world, v.lab, now, v.granted)
             granted += v.granted
             if v.false_claims:  # a false claim to the committee costs reputation
-                lab = world.labs[v.lab]
-                lab.reputation = max(0.0, lab.reputation - FALSE_CLAIM_REPUTATION_LOSS)
+                lose_reputation(world, v.lab, FALSE_CLAIM_REPUTATION_LOSS)
     # each lab's true need before the auction; only the shill rule reads it
     needs = (
         true_needs(world, [e.lab for e in entries if e.coalition_id is None], now, runnable_units)

@@ -91,6 +91,9 @@ class World:
     # delivery risk (market.core.delivery): blocks destroyed per round, collateral in escrow
     blocks_failed: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     collateral_held: float = 0.0
+    # moves whenever a lab's reputation does (market.core.penalties.lose_reputation), so views
+    # built from the reputations are rebuilt only then
+    reputation_version: int = 0
 
 
 def _uniform_int(

@@ -87,8 +87,8 @@ class SeatViews:
         # per round: each seat's fixed views, and each lab's delivery view with its collateral
         self._seat_round: dict[str, RoundViews] = {}
         self._deliveries: dict[int, tuple[float, DeliveryView]] = {}
-        # the reputations every seat sees, keyed like the seat cache (without ``acting``)
-        self._shared: tuple[tuple[int, str], dict[str, float]] | None = None
+        # the reputations every seat sees (active labs), keyed on the world's reputation version
+        self._shared: tuple[int, dict[str, float]] | None = None
 
     def observe(self, env: MarketState, agent: str, version: int, acting: bool) -> Observation:
         """``agent``'s observation, rebuilt only when the state it can see may have changed: after
@@ -97,9 +97,14 @@ class SeatViews:
         cached = self._seat_cache.get(agent)
         if cached is not None and cached[0] == key:
             return cached[1]
-        if self._shared is None or self._shared[0] != key[:2]:
-            labs = env.world.labs
-            self._shared = (key[:2], {lab.seat: lab.reputation for lab in labs if lab.active})
+        world = env.world
+        if self._shared is None or self._shared[0] != world.reputation_version:
+            # the active labs change only where new_round() drops this; reputations only
+            # through lose_reputation(), which moves the version
+            self._shared = (
+                world.reputation_version,
+                {lab.seat: lab.reputation for lab in world.labs if lab.active},
+            )
         legal = list(LEGAL[env.phase]) if acting else []
         obs = self.observation(env, agent, legal, dict(self._shared[1]))
         self._seat_cache[agent] = (key, obs)

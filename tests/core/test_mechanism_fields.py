@@ -442,11 +442,13 @@ def test_leaving_an_active_coalition_before_its_term_pays_the_withdrawal_penalty
     # pass bidder_1 leaves (term_end = round 2): it pays the penalty and gets its 20 back; the
     # coalition falls below two members and dissolves, refunding bidder_0's 40.
     env = make_env(rounds=3, mechanism__withdrawal_penalty=penalty)
+    seen: list[float] = []  # bidder_1's reputation as bidder_0 observes it when it bids
     b0 = ScriptedAgent(
         {
             (0, "negotiation", 0): FormCoalition(
                 members=["bidder_1"], contribution=40.0, term_rounds=3
-            )
+            ),
+            (0, "bidding", 0): lambda o: seen.append(o.reputations["bidder_1"]) or Wait(),
         }
     )
     b1 = ScriptedAgent(
@@ -475,6 +477,7 @@ def test_leaving_an_active_coalition_before_its_term_pays_the_withdrawal_penalty
     assert env.world.labs[0].budget == pytest.approx(BUDGET)
     assert env.world.operator_credits == pytest.approx(penalty)
     assert env.world.labs[1].reputation == pytest.approx(rep[0] - 0.1)
+    assert seen == [env.world.labs[1].reputation]  # the loss shows within the round
     assert ep.components.get("bidder_1", {}).get("withdrawal_penalty", 0.0) == pytest.approx(
         -penalty / VALUE_UNIT
     )

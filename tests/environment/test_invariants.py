@@ -668,6 +668,38 @@ def test_only_the_ledger_moves_credits_and_blocks() -> None:
     assert len(_account_writes("market/x.py", ast.parse(sneaky))) == 4
 
 
+def _reputation_writes(path: str, tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AugAssign | ast.AnnAssign)
+            else []
+        )
+        for t in targets:
+            for leaf in t.elts if isinstance(t, ast.Tuple | ast.List) else [t]:
+                if isinstance(leaf, ast.Attribute) and leaf.attr == "reputation":
+                    found.append(f"{path}:{node.lineno}: {ast.unparse(leaf)}")
+    return found
+
+
+def test_only_lose_reputation_writes_a_reputation() -> None:
+    """A lab's reputation changes only through market.core.penalties.lose_reputation, which moves
+    ``world.reputation_version``: the observation cache rebuilds the reputations every seat sees
+    only when that version moves, so a write anywhere else would leave stale views."""
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for package in ("market", "agents", "scenarios"):
+        for file in sorted((root / package).rglob("*.py")):
+            path = file.relative_to(root).as_posix()
+            found += _reputation_writes(path, ast.parse(file.read_text(encoding="utf-8")))
+    assert found == ["market/core/penalties.py:25: entry.reputation"], found
+    sneaky = "lab.reputation = 0.5\nw.labs[0].reputation -= 0.1\na, b.reputation = 1, 2\n"
+    assert len(_reputation_writes("market/x.py", ast.parse(sneaky))) == 3
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_step_invariants_soak(scenario: str) -> None:
