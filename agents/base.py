@@ -44,11 +44,26 @@ class BaseAgent:
     budget: Any = None
 
     def __init__(self) -> None:
-        self.rng = np.random.default_rng(0)
+        self._rng: np.random.Generator | None = None
+        self._rng_seed: int | None = 0
         self.stats: dict[str, float] = {}
 
     def reset(self, seed: int | None = None) -> None:
-        self.rng = np.random.default_rng(seed)
+        self._rng, self._rng_seed = None, seed
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The agent's generator, ``np.random.default_rng(seed)`` of the last :meth:`reset` (0
+        before any). Made on first use: most scripted agents never draw, and a market of
+        thousands of seats would otherwise build thousands of generators per episode. Nothing
+        draws before it exists, so its draws are those of one made at reset."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._rng_seed)
+        return self._rng
+
+    @rng.setter
+    def rng(self, generator: np.random.Generator) -> None:
+        self._rng = generator
 
     def act(self, observation: Observation) -> ActionModel | str | dict:
         raise NotImplementedError
