@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 import string
 from collections.abc import Mapping
+from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.spaces import Text
+from gymnasium.spaces import Discrete, Text
 
 from market.environment.observations import Observation
 
@@ -17,11 +18,38 @@ Info = dict[str, object]  # a seat's info dict (``infos[seat]``)
 Options = dict[str, object]  # ``reset(options=...)`` (unused by the market)
 
 
+def seat_space_seed(seed: int, index: int) -> int:
+    """The seed of seat ``index``'s action space in an episode reset with ``seed``."""
+    return int(np.random.SeedSequence([seed, 7, index]).generate_state(1)[0])
+
+
+class SeedOnFirstUse(gymnasium.spaces.Space[Any]):
+    """A seat's action space whose reset seed is kept pending (:func:`seed_action_spaces`) and
+    applied when the space first needs its generator: the same samples as seeding at reset,
+    without building a generator per seat per reset (thousands of seats in a large market)."""
+
+    _pending_seed: tuple[int, int] | None = None  # (episode seed, seat index)
+
+    def seed(self, seed: int | None = None) -> Any:
+        pending, self._pending_seed = self._pending_seed, None
+        if seed is None and pending is not None:  # np_random's first use after a reset
+            seed = seat_space_seed(*pending)
+        return super().seed(seed)
+
+
+class SeatText(SeedOnFirstUse, Text):
+    """A seat's text action space (seeded on first use)."""
+
+
+class SeatDiscrete(SeedOnFirstUse, Discrete[np.int64]):
+    """A seat's discrete action space in the discrete wrappers (seeded on first use)."""
+
+
 #: the one built text action space whose character tables every seat's copy shares
-_TEXT_ACTION_SPACE = Text(max_length=200, min_length=0, charset=ACTION_CHARSET)
+_TEXT_ACTION_SPACE = SeatText(max_length=200, min_length=0, charset=ACTION_CHARSET)
 
 
-def text_action_spaces(agents: list[str]) -> dict[str, Text]:
+def text_action_spaces(agents: list[str]) -> dict[str, SeatText]:
     """Each seat's text action space, seeded per seat so that entrants also sample reproducibly.
 
     A ``Text`` space builds its character tables (a set, a list, an index of every character) on
@@ -39,12 +67,15 @@ def text_action_spaces(agents: list[str]) -> dict[str, Text]:
 def seed_action_spaces(
     action_spaces: Mapping[str, gymnasium.spaces.Space[object]], agents: list[str], seed: int | None
 ) -> None:
-    """Seed every seat's action space from the episode seed (entrants sample reproducibly)."""
+    """Seed every seat's action space from the episode seed (entrants sample reproducibly):
+    ours (:class:`SeedOnFirstUse`) when they first sample, any other space now."""
     if seed is not None:
         for i, agent in enumerate(agents):
-            action_spaces[agent].seed(
-                int(np.random.SeedSequence([seed, 7, i]).generate_state(1)[0])
-            )
+            space = action_spaces[agent]
+            if isinstance(space, SeedOnFirstUse):
+                space._np_random, space._pending_seed = None, (seed, i)
+            else:
+                space.seed(seat_space_seed(seed, i))
 
 
 class ObservationSpace(gymnasium.spaces.Space[Observation]):

@@ -51,7 +51,7 @@ from market.environment.observations import (
     vector_size,
 )
 from market.environment.parallel import ParallelMarketEnv
-from market.environment.spaces import Info, Options, seed_action_spaces
+from market.environment.spaces import Info, Options, SeatDiscrete, seed_action_spaces
 from scenarios.schema import Scenario
 
 OBS_BOUND = 1e6  # vector entries are clipped to [-OBS_BOUND, OBS_BOUND]
@@ -418,7 +418,7 @@ class DiscreteActionWrapper(BaseWrapper):  # type: ignore[misc]  # pettingzoo sh
         self.scenario: Scenario = env.unwrapped.scenario
         self.observation_spaces = {a: observation_space() for a in env.possible_agents}
         self.action_spaces: dict[str, spaces.Discrete[np.int64]] = {
-            a: spaces.Discrete(len(MENU)) for a in env.possible_agents
+            a: SeatDiscrete(len(MENU)) for a in env.possible_agents
         }
         self.action_names: tuple[str, ...] = MENU_NAMES
 
@@ -479,7 +479,7 @@ class ParallelDiscreteActionWrapper(BaseParallelWrapper):  # type: ignore[misc] 
         self.scenario: Scenario = env.scenario
         self.observation_spaces = {a: observation_space() for a in env.possible_agents}
         self.action_spaces: dict[str, spaces.Discrete[np.int64]] = {
-            a: spaces.Discrete(len(MENU)) for a in env.possible_agents
+            a: SeatDiscrete(len(MENU)) for a in env.possible_agents
         }
         self.action_names: tuple[str, ...] = MENU_NAMES
         self._seen: dict[str, Observation] = {}

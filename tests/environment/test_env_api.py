@@ -323,3 +323,36 @@ def test_seats_action_spaces_share_character_tables_and_sample_as_if_built_alone
     second.seed(5)
     fresh = Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=5)
     assert second.sample() == fresh.sample() != before
+
+
+@pytest.mark.parametrize("wrapped", ["aec", "discrete"])
+def test_reset_seeds_each_seats_action_space_as_if_seeded_at_reset(wrapped: str) -> None:
+    """reset(seed=s) leaves each seat's action-space seed pending until the space first samples
+    (a market of thousands of seats builds no generator per seat per reset); its samples are
+    those of a space seeded at reset with the seat's seed, and an explicit seed() wins."""
+    from gymnasium.spaces import Discrete, Text
+
+    from market.environment.spaces import ACTION_CHARSET, seat_space_seed
+    from market.environment.wrappers import rl_env
+
+    env = market.raw_env("market_round") if wrapped == "aec" else rl_env("market_round")
+    seats = list(env.possible_agents)
+
+    def eager(seed: int) -> Any:
+        if wrapped == "aec":
+            return Text(max_length=200, min_length=0, charset=ACTION_CHARSET, seed=seed)
+        return Discrete(env.action_space(seats[0]).n, seed=seed)
+
+    env.reset(seed=11)
+    for i, seat in enumerate(seats):  # each seat draws from its own seed, not its neighbour's
+        expected = eager(seat_space_seed(11, i))
+        assert [env.action_space(seat).sample() for _ in range(3)] == [
+            expected.sample() for _ in range(3)
+        ]
+    env.reset(seed=11)  # a reset restarts every seat's stream, sampled before or not
+    again = eager(seat_space_seed(11, 1))
+    assert env.action_space(seats[1]).sample() == again.sample()
+    env.reset(seed=12)
+    env.action_space(seats[0]).seed(5)  # an explicit seed replaces the pending one
+    assert env.action_space(seats[0]).sample() == eager(5).sample()
+    assert seat_space_seed(11, 0) != seat_space_seed(12, 0) != seat_space_seed(12, 1)
