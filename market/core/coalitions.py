@@ -27,8 +27,8 @@ from market.core.ledger import (
 )
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import seat_index
-from market.core.penalties import COALITION_EXIT_REPUTATION_LOSS, lose_reputation
-from market.core.world import World
+from market.core.penalties import COALITION_EXIT_REPUTATION_LOSS
+from market.core.world import World, lose_reputation
 
 MAX_OPEN_COALITIONS = 4
 

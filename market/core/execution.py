@@ -15,8 +15,8 @@ import numpy as np
 
 from market.core.ledger import move_blocks, pay_operator, release_collateral, transfer_credits
 from market.core.negotiation import Book, Contract
-from market.core.penalties import BREACH_REPUTATION_LOSS, lose_reputation
-from market.core.world import Job, World
+from market.core.penalties import BREACH_REPUTATION_LOSS
+from market.core.world import Job, World, lose_reputation
 
 
 @dataclass(slots=True)

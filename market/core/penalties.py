@@ -6,8 +6,6 @@ reputation losses are rules of the market and never change within or between epi
 
 from __future__ import annotations
 
-from market.core.world import World
-
 #: a seller short by ``s`` of ``b`` blocks on a forward contract loses ``BREACH_REPUTATION_LOSS * s / b``
 #: (and so does a coalition member short by ``s`` of the ``b`` blocks it pledged to the pool)
 BREACH_REPUTATION_LOSS = 0.05
@@ -15,12 +13,3 @@ BREACH_REPUTATION_LOSS = 0.05
 COALITION_EXIT_REPUTATION_LOSS = 0.1
 #: a lab whose pitch the judge finds a false claim in loses this much at clearing
 FALSE_CLAIM_REPUTATION_LOSS = 0.05
-
-
-def lose_reputation(world: World, lab: int, loss: float) -> None:
-    """Lab ``lab`` loses ``loss`` reputation, never going below 0. The only write of a lab's
-    reputation after reset: it moves ``world.reputation_version``, which the observation cache
-    keys the reputations every seat sees on."""
-    entry = world.labs[lab]
-    entry.reputation = max(0.0, entry.reputation - loss)
-    world.reputation_version += 1

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from market.core.coalitions import Coalition, CoalitionBook
 from market.core.execution import runnable
 from market.core.ledger import move_blocks, pay_from_escrow
-from market.core.penalties import BREACH_REPUTATION_LOSS, lose_reputation
+from market.core.penalties import BREACH_REPUTATION_LOSS
 from market.core.seats import bidder_seat
-from market.core.world import World
+from market.core.world import World, lose_reputation
 from scenarios.schema import DeliverySpec
 
 

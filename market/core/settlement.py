@@ -34,9 +34,9 @@ from market.core.judge import (
 from market.core.ledger import issue_blocks, pay_for_block_rows, pay_operator
 from market.core.mechanisms import Mechanism, clear
 from market.core.negotiation import Book
-from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS, lose_reputation
+from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS
 from market.core.pledges import PoolSettlement
-from market.core.world import World
+from market.core.world import World, lose_reputation
 
 
 @dataclass(slots=True)

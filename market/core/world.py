@@ -91,7 +91,7 @@ class World:
     # delivery risk (market.core.delivery): blocks destroyed per round, collateral in escrow
     blocks_failed: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     collateral_held: float = 0.0
-    # moves whenever a lab's reputation does (market.core.penalties.lose_reputation), so views
+    # moves whenever a lab's reputation does (lose_reputation), so views
     # built from the reputations are rebuilt only then
     reputation_version: int = 0
 
@@ -163,6 +163,16 @@ def generate_world(scenario: Scenario, rng: np.random.Generator) -> World:
         blocks_issued=np.zeros(rounds, dtype=np.int64),
         blocks_failed=np.zeros(rounds, dtype=np.int64),
     )
+
+
+def lose_reputation(world: World, lab: int, loss: float) -> None:
+    """Lab ``lab`` loses ``loss`` reputation (the losses: :mod:`market.core.penalties`), never
+    going below 0. The only write of a lab's reputation after reset: it moves
+    ``world.reputation_version``, on which the observation cache keys the reputations every
+    seat sees."""
+    entry = world.labs[lab]
+    entry.reputation = max(0.0, entry.reputation - loss)
+    world.reputation_version += 1
 
 
 def credit_imbalance(world: World, escrow: float, initial: float) -> float:

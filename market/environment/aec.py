@@ -45,11 +45,7 @@ from market.environment.observations import Observation
 from market.environment.observe import SeatViews
 from market.environment.round_log import RoundSummary, render_text, round_summary
 from market.environment.seat_flags import SeatFlags, first_dead_step
-from market.environment.spaces import (
-    ObservationSpace,
-    seed_action_spaces,
-    text_action_spaces,
-)
+from market.environment.spaces import ObservationSpace, seed_action_spaces, text_action_spaces
 from scenarios import load_scenario
 from scenarios.schema import Scenario
 
@@ -213,12 +209,18 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self._pending[agent] = {}
 
     def _reward(self, agent: str, component: str, value: float) -> None:
-        if agent not in self.rewards or value == 0.0:
-            return
-        self.rewards[agent] += value
-        self.rewarded.add(agent)
-        pending = self._pending[agent]
-        pending[component] = pending.get(component, 0.0) + value
+        self._rewards(((agent, component, value),))
+
+    def _rewards(self, events: Iterable[tuple[str, str, float]]) -> None:
+        """Credit each (seat, component, value); a zero, or a seat without a slot, is skipped."""
+        rewards, rewarded, pending_of = self.rewards, self.rewarded, self._pending
+        for agent, component, value in events:  # thousands in a round close at scale
+            if value == 0.0 or agent not in rewards:
+                continue
+            rewards[agent] += value
+            rewarded.add(agent)
+            pending = pending_of[agent]
+            pending[component] = pending.get(component, 0.0) + value
 
     def _clear_rewards(self) -> None:
         for agent in self.rewards:  # PettingZoo's version (used by dead steps) writes int 0
@@ -229,16 +231,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
 
     def _lab_rewards(self, events: Iterable[RewardEvent]) -> None:
         labs, unit = self.world.labs, self.scenario.rewards.value_unit  # seats built at reset
-        rewards, rewarded, pending_of = self.rewards, self.rewarded, self._pending
-        for lab, component, credits in events:  # thousands in a round close at scale
-            value = float(credits) / unit  # :meth:`_reward`, inlined: the same sums in order
-            seat = labs[lab].seat
-            if value == 0.0 or seat not in rewards:
-                continue
-            rewards[seat] += value
-            rewarded.add(seat)
-            pending = pending_of[seat]
-            pending[component] = pending.get(component, 0.0) + value
+        self._rewards((labs[lab].seat, c, float(credits) / unit) for lab, c, credits in events)
 
     def seat_seed(self, agent: str) -> int:
         """The seed for the agent in ``agent``'s seat (derived; reveals nothing about the episode seed)."""
