@@ -30,10 +30,15 @@ class SeedOnFirstUse(gymnasium.spaces.Space[Any]):
 
     _pending_seed: tuple[int, int] | None = None  # (episode seed, seat index)
 
+    @property
+    def np_random(self) -> np.random.Generator:
+        pending = self._pending_seed
+        if pending is not None:  # the first use since a reset: seed as the reset would have
+            self.seed(seat_space_seed(*pending))
+        return super().np_random
+
     def seed(self, seed: int | None = None) -> Any:
-        pending, self._pending_seed = self._pending_seed, None
-        if seed is None and pending is not None:  # np_random's first use after a reset
-            seed = seat_space_seed(*pending)
+        self._pending_seed = None  # an explicit seed (or None: fresh entropy) replaces it
         return super().seed(seed)
 
 

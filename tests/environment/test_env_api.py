@@ -355,4 +355,9 @@ def test_reset_seeds_each_seats_action_space_as_if_seeded_at_reset(wrapped: str)
     env.reset(seed=12)
     env.action_space(seats[0]).seed(5)  # an explicit seed replaces the pending one
     assert env.action_space(seats[0]).sample() == eager(5).sample()
+    env.reset(seed=12)
+    env.action_space(seats[1]).seed()  # as does seed(): fresh entropy, as gymnasium's seed()
+    fresh = [env.action_space(seats[1]).sample() for _ in range(8)]
+    pending = eager(seat_space_seed(12, 1))
+    assert fresh != [pending.sample() for _ in range(8)]
     assert seat_space_seed(11, 0) != seat_space_seed(12, 0) != seat_space_seed(12, 1)
