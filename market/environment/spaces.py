@@ -41,6 +41,10 @@ class SeedOnFirstUse(gymnasium.spaces.Space[Any]):
         self._pending_seed = None  # an explicit seed (or None: fresh entropy) replaces it
         return super().seed(seed)
 
+    def seed_later(self, seed: int, index: int) -> None:
+        """Seed as ``seed(seat_space_seed(seed, index))`` would, when the generator is first used."""
+        self._np_random, self._pending_seed = None, (seed, index)
+
 
 class SeatText(SeedOnFirstUse, Text):
     """A seat's text action space (seeded on first use)."""
@@ -78,7 +82,7 @@ def seed_action_spaces(
         for i, agent in enumerate(agents):
             space = action_spaces[agent]
             if isinstance(space, SeedOnFirstUse):
-                space._np_random, space._pending_seed = None, (seed, i)
+                space.seed_later(seed, i)
             else:
                 space.seed(seat_space_seed(seed, i))
 
