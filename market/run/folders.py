@@ -17,7 +17,7 @@ from typing import Any
 from agents.registry import AgentSpecError, make_agent
 from market.core.seats import DESIGNER
 from market.record.replay import first_difference
-from market.run.jobs import EpisodeJob, RunConfigError
+from market.run.jobs import EpisodeJob, EpisodeLines, RunConfigError, episode_lines, json_line
 from market.run.rollout import resolve_seats, with_agent_timeout
 from market.version import __version__
 from scenarios import load_scenario
@@ -28,10 +28,6 @@ MANIFEST = "run.json"
 RESULTS = "results.jsonl"
 ROUNDS = "rounds.jsonl"
 TRANSCRIPTS = "transcripts"
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=True)
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -133,12 +129,24 @@ class RunFolder:
                 fh.close()
         self._rounds = self._results = None
 
-    def record(self, seed: int, rows: list[dict[str, Any]], rounds: list[dict[str, Any]]) -> None:
-        """Append the episode: its round log, then its rows in one write (the completion mark)."""
+    def record(
+        self,
+        seed: int,
+        rows: list[dict[str, Any]],
+        rounds: list[dict[str, Any]],
+        lines: EpisodeLines | None = None,
+    ) -> None:
+        """Append the episode: its round log, then its rows in one write (the completion mark).
+
+        ``lines``: the episode's text when the worker already encoded it (:func:`episode_lines`
+        of this folder's config and the same outcome)."""
         assert self._results is not None and self._rounds is not None
-        self._rounds.write(_dumps({"config": self.config, "seed": seed, "rounds": rounds}) + "\n")
+        if lines is None:
+            lines = episode_lines(self.config, (seed, rows, rounds, None))
+            assert lines is not None
+        self._rounds.write(lines[0])
         self._rounds.flush()
-        self._results.write("".join(_dumps(r) + "\n" for r in rows))
+        self._results.write(lines[1])
         self._results.flush()
         self.done[seed] = rows
         self.rounds[seed] = rounds
@@ -249,14 +257,11 @@ def _load(folder: RunFolder, fresh: bool) -> None:
     if dropped or len(folder.rounds) != sum(1 for _ in read_jsonl(rounds_path)):
         # rewrite both files with the complete episodes only (in seed order)
         order = sorted(folder.done)
-        _write_atomic(
-            results_path, "".join(_dumps(r) + "\n" for s in order for r in folder.done[s])
-        )
+        _write_atomic(results_path, "".join(json_line(r) for s in order for r in folder.done[s]))
         _write_atomic(
             rounds_path,
             "".join(
-                _dumps({"config": folder.config, "seed": s, "rounds": folder.rounds.get(s, [])})
-                + "\n"
+                json_line({"config": folder.config, "seed": s, "rounds": folder.rounds.get(s, [])})
                 for s in order
             ),
         )

@@ -10,6 +10,7 @@ outcome to the same ``finished(index, outcome)`` callback, so rows are identical
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -30,6 +31,8 @@ EpisodeJob = tuple[Any, ...]
 Job = tuple[int, EpisodeJob]
 #: what a worker returns for one job: (seed, rows or None, round log, error or None)
 Outcome = tuple[int, list[dict[str, Any]] | None, list[Any], str | None]
+#: a finished episode's text in its run folder: (rounds-file line, results-file lines)
+EpisodeLines = tuple[str, str]
 #: the callback every backend calls as each episode finishes: ``finished(index, outcome)``
 Finished = Callable[[int, tuple[int, Any, Any, str | None]], None]
 
@@ -168,9 +171,46 @@ def play(job: tuple[Any, ...]) -> tuple[int, list[dict[str, Any]] | None, list[A
     return seed, episode_rows(result, config), result.round_log, None
 
 
-def play_indexed(item: tuple[int, tuple[Any, ...]]) -> tuple[int, tuple[Any, ...]]:
-    index, job = item
-    return index, play(job)
+def json_line(obj: Any) -> str:
+    """One compact JSON line (with its newline) of a run folder's results or rounds file."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=True) + "\n"
+
+
+def episode_lines(config: str, outcome: Outcome) -> EpisodeLines | None:
+    """The text a run folder appends for a finished episode: (its line of the rounds file, its
+    rows' lines of the results file); None for a failed one."""
+    seed, rows, rounds, _ = outcome
+    if rows is None:
+        return None
+    return (
+        json_line({"config": config, "seed": seed, "rounds": rounds}),
+        "".join(json_line(r) for r in rows),
+    )
+
+
+#: the pool worker's jobs, one per run folder with the seed left out (see start_pool_worker)
+_FOLDER_JOBS: tuple[EpisodeJob, ...] = ()
+
+
+def start_pool_worker(folder_jobs: tuple[EpisodeJob, ...]) -> None:
+    """Initializer of the local pool's workers: ignore Ctrl-C, and keep each folder's job.
+
+    A task is then only ``(folder index, seed)``, so the scenario is handed to each worker once
+    (inherited when the pool forks) instead of pickled with every episode; and the worker also
+    encodes the episode's file lines (:func:`play_seed`). Both were serial work in the parent,
+    which at 16 workers could not keep up with them."""
+    global _FOLDER_JOBS
+    ignore_sigint()
+    _FOLDER_JOBS = folder_jobs
+
+
+def play_seed(task: tuple[int, int]) -> tuple[int, Outcome, EpisodeLines | None]:
+    """Pool worker: play ``seed`` of folder ``index`` -> (index, outcome, the lines to append)."""
+    index, seed = task
+    scenario, _, *rest = _FOLDER_JOBS[index]
+    job = (scenario, seed, *rest)
+    outcome = play(job)
+    return index, outcome, episode_lines(job[5], outcome)
 
 
 def ignore_sigint() -> None:

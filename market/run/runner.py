@@ -58,16 +58,17 @@ from market.run.folders import RunFolder, open_folder, read_results
 from market.run.jobs import (
     DESIGNER_PARTS,
     ROW_KEYS,
+    EpisodeLines,
     Job,
     ProgressFn,
     RunConfigError,
     RunInterrupted,
     default_workers,
     episode_rows,
-    ignore_sigint,
     play,
-    play_indexed,
+    play_seed,
     play_shipped,
+    start_pool_worker,
 )
 from market.run.ray_backend import RayBackendError, RayStats, ray_map
 from market.run.rollout import mean_ci95, transcript_path
@@ -119,14 +120,16 @@ def execute(
     bar = progress_bar(progress is True and total > 0, label)
     callback = progress if callable(progress) else None
 
-    def finished(index: int, outcome: tuple[int, Any, Any, str | None]) -> None:
+    def finished(
+        index: int, outcome: tuple[int, Any, Any, str | None], lines: EpisodeLines | None = None
+    ) -> None:
         nonlocal done
         seed, rows, rounds, error = outcome
         folder = folders[index]
         if error is not None or rows is None:
             folder.failed[seed] = error or "no result"
         else:
-            folder.record(seed, rows, rounds)
+            folder.record(seed, rows, rounds, lines)
         done += 1
         bar.update(task, completed=done)
         if callback is not None:
@@ -134,7 +137,11 @@ def execute(
 
     # the pool is forked before the progress bar starts its refresh thread
     pool = (
-        multiprocessing.get_context().Pool(min(workers, total), initializer=ignore_sigint)
+        multiprocessing.get_context().Pool(
+            min(workers, total),
+            initializer=start_pool_worker,
+            initargs=(tuple(f.job(0) for f in folders),),  # each task puts in its seed
+        )
         if backend == "local" and workers > 1 and total > 1
         else None
     )
@@ -153,8 +160,9 @@ def execute(
             elif backend == "async":
                 run_jobs_async(jobs, finished, **dict(llm or {}))
             elif pool is not None:
-                for index, outcome in pool.imap_unordered(play_indexed, jobs, chunksize=1):
-                    finished(index, outcome)
+                tasks = [(index, job[1]) for index, job in jobs]
+                for index, outcome, lines in pool.imap_unordered(play_seed, tasks, chunksize=1):
+                    finished(index, outcome, lines)
                 pool.close()
             else:
                 for index, job in jobs:

@@ -19,7 +19,7 @@ from agents.scripted import TruthfulBidder
 from market.cli import EXAMPLES
 from market.cli import main as cli
 from market.record.replay import replay
-from market.run.folders import RESULTS
+from market.run.folders import RESULTS, ROUNDS
 from market.run.rollout import run_episode
 from market.run.runner import (
     ROW_KEYS,
@@ -217,6 +217,18 @@ def test_parallel_runs_equal_serial_runs(tmp_path: Path) -> None:
     )
     assert stable(serial.rows) == stable(pooled.rows)
     assert serial.round_logs == pooled.round_logs
+    # the pool's workers encode the lines: the files hold exactly the rows and rounds returned
+    for summary, folder in ((serial, "serial"), (pooled, "pool")):
+        rows = [json.loads(line) for line in results_lines(tmp_path / folder)]
+        assert stable(rows) == stable(serial.rows) and len(rows) == len(summary.rows)
+        assert sorted(results_lines(tmp_path / folder)) == sorted(
+            json.dumps(r, separators=(",", ":")) for r in summary.rows
+        )
+        logged = [
+            json.loads(line) for line in (tmp_path / folder / ROUNDS).read_text().splitlines()
+        ]
+        assert {e["seed"]: e["rounds"] for e in logged} == serial.round_logs
+        assert {e["config"] for e in logged} == {serial.config_hash}
     # and in two sittings
     run_scenario(
         "mechanism_stage_3",
