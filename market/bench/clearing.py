@@ -51,33 +51,50 @@ def bench_env_clearing(
     """Wall time of the env step that clears a round (auction, settlement, execution, rewards)
     in a market of ``n_labs`` truthful bidders and ``blocks`` blocks. Median over ``repeats``.
     As ``timeit`` does, the cyclic garbage collector is paused during the timed step (after a
-    collection), so a collection of the set-up's garbage is not billed to the step."""
+    collection), so a collection of the set-up's garbage is not billed to the step.
+
+    What the process held before (modules, earlier benchmarks' objects) is frozen out of those
+    collections (:func:`gc.freeze`, undone at the end): a full collection walks every object,
+    and run just before the step it left the caches cold, which made the step up to a third
+    slower than in a process that had just started (see docs/benchmarks.md)."""
     samples = []
-    for rep in range(repeats):
-        env = raw_env(
-            "market_round",
-            rounds=2,
-            negotiation_turns=0,
-            designer_seat=False,
-            labs={"count": n_labs, "jobs": [2, 4], "endowment": [0, 0]},
-            jobs={"size": [4, 12]},
-            capacity={"blocks": [blocks, blocks]},
-            shocks=[],
-            shock_rates={},
-        )
-        env.reset(seed=rep)
-        while env.agent_selection != bidder_seat(n_labs - 1):  # bid for everyone but the last lab
-            env.step(truthful_bid(env.observe(env.agent_selection)))
-        last = truthful_bid(env.observe(env.agent_selection))
-        gc.collect()
-        gc.disable()
-        try:
-            start = time.perf_counter()
-            env.step(last)
-            samples.append((time.perf_counter() - start) * 1e3)
-        finally:
-            gc.enable()
+    frozen_before = gc.get_freeze_count()
+    gc.collect()
+    gc.freeze()
+    try:
+        for rep in range(repeats):
+            samples.append(_time_clearing_step(n_labs, blocks, rep))
+    finally:
+        if not frozen_before:  # leave a caller's own frozen objects frozen
+            gc.unfreeze()
     return {"median_ms": statistics.median(samples), "min_ms": min(samples)}
+
+
+def _time_clearing_step(n_labs: int, blocks: int, rep: int) -> float:
+    """Milliseconds of the step that clears the first round of a fresh env (seed ``rep``)."""
+    env = raw_env(
+        "market_round",
+        rounds=2,
+        negotiation_turns=0,
+        designer_seat=False,
+        labs={"count": n_labs, "jobs": [2, 4], "endowment": [0, 0]},
+        jobs={"size": [4, 12]},
+        capacity={"blocks": [blocks, blocks]},
+        shocks=[],
+        shock_rates={},
+    )
+    env.reset(seed=rep)
+    while env.agent_selection != bidder_seat(n_labs - 1):  # bid for everyone but the last lab
+        env.step(truthful_bid(env.observe(env.agent_selection)))
+    last = truthful_bid(env.observe(env.agent_selection))
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        env.step(last)
+        return (time.perf_counter() - start) * 1e3
+    finally:
+        gc.enable()
 
 
 def random_market(n: int, units_per_bidder: int, seed: int = 0) -> tuple[Any, Any]:

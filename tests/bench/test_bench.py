@@ -5,6 +5,7 @@ No timing assertions: figures from a shared machine are noise. Only structure an
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import math
@@ -318,3 +319,17 @@ def test_a_failing_section_does_not_lose_the_others(monkeypatch: pytest.MonkeyPa
     report = suite.run_suite(config.quick_config(), ["memory", "llm"])
     assert report["skipped"] == {"llm": "error: RuntimeError: boom"}
     assert [m["name"] for m in report["metrics"]] == ["memory.x.kib"]
+
+
+def test_env_clearing_times_the_step_and_leaves_the_collector_as_it_was() -> None:
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    figures = clearing.bench_env_clearing(n_labs=20, blocks=200, repeats=3)
+    assert 0 < figures["min_ms"] <= figures["median_ms"]
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # frozen only while it times
+    gc.freeze()  # a caller that froze its own objects: they stay frozen
+    try:
+        assert gc.get_freeze_count() > 0
+        clearing.bench_env_clearing(n_labs=20, blocks=200, repeats=1)
+        assert gc.get_freeze_count() > 0 and gc.isenabled()
+    finally:
+        gc.unfreeze()
