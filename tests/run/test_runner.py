@@ -3,6 +3,7 @@ configurations, Ctrl-C, parallel == serial, exit codes and one-line errors."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -474,3 +475,19 @@ def test_every_command_has_help_with_an_example(capsys: pytest.CaptureFixture[st
         assert exit_.value.code == 0
         text = capsys.readouterr().out
         assert "example:" in text and f"gpumarket {command}" in text, command
+
+
+def test_the_command_line_freezes_start_up_and_main_with_arguments_does_not() -> None:
+    probe = (
+        "import gc, sys\n"
+        "from market.cli import main\n"
+        "sys.argv = ['gpumarket', 'agents']\n"
+        "code = main()\n"
+        "print('frozen', gc.get_freeze_count(), code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    _, frozen, code = done.stdout.splitlines()[-1].split()
+    assert int(frozen) > 10_000 and code == "0"  # the modules, classes and models of start-up
+    before = gc.get_freeze_count()
+    assert cli(["agents"]) == 0
+    assert gc.get_freeze_count() == before  # a program calling main([...]) keeps its collector
