@@ -52,6 +52,7 @@ LAZY_FOR_START_UP = {
     "market.train.training_data": "gpumarket export-sft (LLM prompts: jinja2)",
     "agents.llm.agent": "llm: seats (prompts, templates, backends)",
     "httpx": "the remote agent's first request",
+    "networkx": "InteractionGraph.graph (the market keeps its edge counters in a dict)",
 }
 # what start-up must not load (checked in a fresh interpreter): the above, and what they pull in
 NOT_AT_START_UP = (

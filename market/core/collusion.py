@@ -2,9 +2,10 @@
 
 The interaction graph
 ---------------------
-:class:`InteractionGraph` records who deals with whom. It is an undirected
-:class:`networkx.Graph` with one node per lab (labs are the integers ``0 .. n-1``) and one edge per
-pair of labs that ever interacted. Every edge carries four attributes:
+:class:`InteractionGraph` records who deals with whom: an undirected graph with one node per lab
+(labs are the integers ``0 .. n-1``) and one edge per pair of labs that ever interacted, kept as
+a dict of counters per edge (:attr:`InteractionGraph.graph` gives it as a
+:class:`networkx.Graph`). Every edge carries four attributes:
 
 ``messages``
     private messages exchanged between the two labs (either direction);
@@ -72,13 +73,15 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import TypedDict, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
-import networkx as nx
 import numpy as np
 from numpy.typing import NDArray
 
 from market.core.mechanisms import CoalitionPolicy
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "CONFIRMED",
@@ -114,7 +117,7 @@ _Kept = TypeVar("_Kept")
 
 
 class EdgeData(TypedDict):
-    """The counters networkx stores on one edge (the very attribute dict, updated in place)."""
+    """The counters of one pair of labs (an edge of the graph), updated in place."""
 
     messages: int
     trades: int
@@ -137,8 +140,8 @@ class _RoundBids:
 
 
 class InteractionGraph:
-    """Who trades, allies, messages and co-bids with whom (an undirected networkx.Graph, one node
-    per lab).
+    """Who trades, allies, messages and co-bids with whom: an undirected graph with one node per
+    lab, kept as a dict of edge counters (:attr:`graph` gives it as a networkx.Graph).
 
     ``history`` bounds how many past rounds of messages and bids are kept for the detector (the
     graph's edge counts are never pruned). Rounds are expected to be recorded in increasing
@@ -146,7 +149,6 @@ class InteractionGraph:
     """
 
     __slots__ = (
-        "_g",
         "_n",
         "_edges",
         "_last_coalition_round",
@@ -162,10 +164,8 @@ class InteractionGraph:
             raise ValueError(f"n_labs must be >= 0, got {n}")
         if operator.index(history) < 1:
             raise ValueError(f"history must be >= 1, got {history}")
-        self._g = nx.Graph()
-        self._g.add_nodes_from(range(n))
         self._n = n
-        # (low, high) -> the very attribute dict networkx stores for that edge.
+        # (low, high) -> that edge's counters, in the order the edges appeared
         self._edges: dict[_Pair, EdgeData] = {}
         self._last_coalition_round: dict[_Pair, int] = {}
         self._round_messages: dict[int, dict[_Pair, int]] = {}
@@ -177,8 +177,17 @@ class InteractionGraph:
 
     @property
     def graph(self) -> nx.Graph:
-        """The live graph. Read it, do not modify it (the counters are updated in place)."""
-        return self._g
+        """The graph as a :class:`networkx.Graph`: nodes ``0 .. n_labs-1``, each edge with a copy
+        of its counters. A snapshot, built on each access; editing it changes nothing here.
+
+        networkx is imported here, on first use: the market itself only counts (a dict per
+        edge), and importing networkx was a fifth of every command's start-up."""
+        import networkx as nx
+
+        g = nx.Graph()
+        g.add_nodes_from(range(self._n))
+        g.add_edges_from((a, b, dict(data)) for (a, b), data in self._edges.items())
+        return g
 
     @property
     def n_labs(self) -> int:
@@ -198,7 +207,6 @@ class InteractionGraph:
         if lab < 0:
             raise ValueError(f"lab index must be >= 0, got {lab}")
         if lab >= self._n:
-            self._g.add_nodes_from(range(self._n, lab + 1))
             self._n = lab + 1
 
     def _edge(self, a: int, b: int) -> tuple[tuple[int, int], EdgeData]:
@@ -295,9 +303,7 @@ class InteractionGraph:
     # ------------------------------------------------------------------ internals
 
     def _new_edge(self, key: _Pair) -> EdgeData:
-        a, b = key
-        self._g.add_edge(a, b, messages=0, trades=0, coalition_rounds=0, declared=False)
-        data: EdgeData = self._g.edges[a, b]
+        data: EdgeData = {"messages": 0, "trades": 0, "coalition_rounds": 0, "declared": False}
         self._edges[key] = data
         return data
 

@@ -513,3 +513,20 @@ def test_two_hundred_labs_detect_quickly() -> None:
     cartels = {s.members for s in found if s.score >= CONFIRMED}
     assert cartels == {frozenset({a, a + 1}) for a in range(0, n, 20)}
     assert elapsed < 0.05, f"detect_cartels took {elapsed * 1e3:.1f} ms for {n} labs"
+
+
+def test_the_networkx_graph_is_a_snapshot_of_the_counters() -> None:
+    g = InteractionGraph(3)
+    chat(g, 0, 1, 0)
+    first = g.graph
+    first.edges[0, 1]["messages"] = 99  # editing the snapshot changes nothing
+    first.add_edge(1, 2)
+    assert g.graph.edges[0, 1]["messages"] == 2 and not g.graph.has_edge(1, 2)  # one each way
+    g.record_trade(2, 1, 1)  # a later access sees later records; the old snapshot does not
+    assert g.graph.edges[1, 2] == {
+        "messages": 0,
+        "trades": 1,
+        "coalition_rounds": 0,
+        "declared": False,
+    }
+    assert first.edges[1, 2] == {}
