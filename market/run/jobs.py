@@ -5,7 +5,8 @@ A job is ``(scenario, seed, seats, transcript dir or None, digest_every, config 
 turns it into an outcome ``(seed, rows, round log, error)`` (:func:`play`), never raising for an
 episode bug. The local process pool (:mod:`market.run.runner`), the asyncio path
 (:mod:`market.run.async_runner`) and the Ray backend (:mod:`market.run.ray_backend`) all hand each
-outcome to the same ``finished(index, outcome)`` callback, so rows are identical on every path.
+outcome to the same ``finished(index, outcome)`` callback, so rows are identical on every path
+(the pool's workers also hand over the episode's file lines, encoded as the parent would).
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def episode_lines(config: str, outcome: Outcome) -> EpisodeLines | None:
     )
 
 
-#: the pool worker's jobs, one per run folder with the seed left out (see start_pool_worker)
+#: the pool worker's jobs, one per run folder; each task puts in its seed (see start_pool_worker)
 _FOLDER_JOBS: tuple[EpisodeJob, ...] = ()
 
 
