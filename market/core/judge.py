@@ -250,7 +250,9 @@ def bound_llm_scores(
 
 def clip_rationale(text: str, limit: int = RATIONALE_CHARS) -> str:
     """``text`` with unprintable characters blanked, cut to ``limit`` characters."""
-    text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
+    if not text.isprintable():  # the rule judge's own text is: it skips the per-character pass
+        text = "".join(ch if ch.isprintable() else " " for ch in text)
+    text = text.strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -12,6 +12,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from judge_pitches import (
     CASES,
     DISHONEST_OR_GATED,
@@ -38,6 +40,7 @@ from market.core.judge import (
     JudgeHistory,
     RuleJudge,
     allocate_judge_pool,
+    clip_rationale,
 )
 from market.core.negotiation import Pitch
 from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS
@@ -372,3 +375,11 @@ def test_env_builds_a_rule_judge_by_default() -> None:
     rule_env = make_env()
     rule_env.reset(seed=0)
     assert isinstance(rule_env.judge, RuleJudge)
+
+
+@given(st.text(max_size=300), st.integers(min_value=4, max_value=200))
+def test_clip_rationale_blanks_unprintables_strips_and_cuts(text: str, limit: int) -> None:
+    blanked = "".join(ch if ch.isprintable() else " " for ch in text).strip()
+    expected = blanked if len(blanked) <= limit else blanked[: limit - 3] + "..."
+    assert clip_rationale(text, limit) == expected
+    assert clip_rationale("a\x00b\n", 10) == "a b"  # a NUL and a newline are not printable
