@@ -38,6 +38,7 @@ from market.record.report import (
     episode_from,
     esc,
     h,
+    html_table,
     interaction_counts,
     load_episodes,
     write_report,
@@ -563,3 +564,27 @@ def test_report_shows_delivery_risk(tmp_path: Path) -> None:
     assert logged, "the short seller breached in this seeded episode"
     text = build_report([ep])
     assert 'class="delivery"' in text and "breach of k" in text and "blocks failed" in text
+
+
+def test_table_rows_are_the_cells_h_would_build() -> None:
+    """html_table writes its rows directly; they must be exactly the markup of h("tr", h("td")...),
+    escaping included, for every kind of cell."""
+    cells = [
+        "<b>&\"'",
+        Safe("<i>kept</i>"),
+        None,
+        False,
+        7,
+        2.5,
+        ["a<", Safe("<br>"), None, 3],
+        h("a", "x", href="y?a=1&b=2"),
+    ]
+    rows = [cells, list(reversed(cells))]
+    numeric = (1, 4, 5)
+    expected = "".join(
+        h("tr", [h("td", c, class_="num" if i in numeric else None) for i, c in enumerate(r)])
+        for r in rows
+    )
+    table = html_table([f"c{i}" for i in range(len(cells))], rows, "t", numeric=numeric)
+    assert f"<tbody>{expected}</tbody>" in table
+    assert "&lt;b&gt;&amp;&quot;&#x27;" in table and "<i>kept</i>" in table
