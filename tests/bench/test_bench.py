@@ -322,6 +322,7 @@ def test_a_failing_section_does_not_lose_the_others(monkeypatch: pytest.MonkeyPa
 
 
 def test_env_clearing_times_the_step_and_leaves_the_collector_as_it_was() -> None:
+    gc.unfreeze()  # start with nothing frozen, whatever ran before in this process
     assert gc.isenabled() and gc.get_freeze_count() == 0
     figures = clearing.bench_env_clearing(n_labs=20, blocks=200, repeats=3)
     assert 0 < figures["min_ms"] <= figures["median_ms"]
