@@ -142,8 +142,7 @@ class RunFolder:
         of this folder's config and the same outcome)."""
         assert self._results is not None and self._rounds is not None
         if lines is None:
-            lines = episode_lines(self.config, (seed, rows, rounds, None))
-            assert lines is not None
+            lines = episode_lines(self.config, seed, rows, rounds)
         self._rounds.write(lines[0])
         self._rounds.flush()
         self._results.write(lines[1])

@@ -177,12 +177,11 @@ def json_line(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=True) + "\n"
 
 
-def episode_lines(config: str, outcome: Outcome) -> EpisodeLines | None:
+def episode_lines(
+    config: str, seed: int, rows: list[dict[str, Any]], rounds: list[Any]
+) -> EpisodeLines:
     """The text a run folder appends for a finished episode: (its line of the rounds file, its
-    rows' lines of the results file); None for a failed one."""
-    seed, rows, rounds, _ = outcome
-    if rows is None:
-        return None
+    rows' lines of the results file)."""
     return (
         json_line({"config": config, "seed": seed, "rounds": rounds}),
         "".join(json_line(r) for r in rows),
@@ -211,7 +210,9 @@ def play_seed(task: tuple[int, int]) -> tuple[int, Outcome, EpisodeLines | None]
     scenario, _, *rest = _FOLDER_JOBS[index]
     job = (scenario, seed, *rest)
     outcome = play(job)
-    return index, outcome, episode_lines(job[5], outcome)
+    _, rows, rounds, _ = outcome
+    lines = None if rows is None else episode_lines(job[5], seed, rows, rounds)  # None: failed
+    return index, outcome, lines
 
 
 def ignore_sigint() -> None:

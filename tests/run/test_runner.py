@@ -275,14 +275,15 @@ def test_agent_errors_fallbacks_and_tokens_are_counted(tmp_path: Path) -> None:
         assert row["stats"]["prompt_tokens"] == 10 * calls
 
 
-def test_a_failing_episode_is_reported_and_not_recorded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])  # in this process, and in the pool's workers
+def test_a_failing_episode_is_reported_and_not_recorded(tmp_path: Path, workers: int) -> None:
     out = tmp_path / "r"
     summary = run_scenario(
         "single_trade",
         range(2),
         {"bidder_0": "py:test_runner:BrokenReset"},
         out,
-        workers=1,
+        workers=workers,
         progress=False,
     )
     assert set(summary.failed) == {0, 1} and "cannot reset" in summary.failed[0]
