@@ -44,6 +44,8 @@ class Reservations:
 
     def of(self, lab: int, first: int, rounds: int) -> list[int]:
         """Reserved blocks of ``lab`` for rounds ``first .. rounds-1`` (aligned with its holdings)."""
+        if not self.blocks_by:  # no lab has reserved (the common case): every entry is 0
+            return [0] * (rounds - first)
         return [self.blocks(lab, r) for r in range(first, rounds)]
 
     def plans(self, now: int) -> dict[int, dict[str, int]]:

@@ -44,7 +44,7 @@ from market.environment.digest import StateDigests
 from market.environment.observations import Observation
 from market.environment.observe import SeatViews
 from market.environment.round_log import RoundSummary, render_text, round_summary
-from market.environment.seat_flags import SeatFlags, first_dead_step
+from market.environment.seat_flags import SeatFlags, dead_step, first_dead_step
 from market.environment.spaces import ObservationSpace, seed_action_spaces, text_action_spaces
 from scenarios import load_scenario
 from scenarios.schema import Scenario
@@ -60,8 +60,9 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
     pitches), ``coalitions``, ``graph`` (interactions), ``mechanism``, ``orders`` (this round's
     bids and job plans), ``results``, ``prices``, ``round_log``, ``designer_history``, ``round``,
     ``phase``, ``schedule`` (the round's (seat, phase) turns), ``turn`` (an index into it),
-    ``rewarded`` (the seats whose rewards the last step changed) and ``conduct`` (the conduct
-    judge's log: :mod:`market.environment.conduct_log`; never part of an observation).
+    ``rewarded`` (the seats the last step credited; a dead step zeroes and empties it) and
+    ``conduct`` (the conduct judge's log: :mod:`market.environment.conduct_log`; never part of
+    an observation).
     """
 
     metadata = {"name": "gpumarket_v0", "render_modes": RENDER_MODES, "is_parallelizable": False}
@@ -149,7 +150,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
     def step(self, action: object) -> None:
         agent = self.agent_selection
         if self.terminations.get(agent) or self.truncations.get(agent):
-            self._was_dead_step(None)  # any action from a dead seat is ignored
+            dead_step(self)  # PettingZoo's _was_dead_step; any action is ignored
             return
         self._cumulative_rewards[agent] = 0.0
         self._pending[agent] = {}
@@ -221,10 +222,6 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             rewarded.add(agent)
             pending = pending_of[agent]
             pending[component] = pending.get(component, 0.0) + value
-
-    def _clear_rewards(self) -> None:
-        for agent in self.rewards:  # PettingZoo's version (used by dead steps) writes int 0
-            self.rewards[agent] = 0.0
 
     def _lab_reward(self, lab: int, component: str, credits: float) -> None:
         self._lab_rewards([(lab, component, credits)])

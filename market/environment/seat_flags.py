@@ -6,6 +6,10 @@ every seat after every step costs O(seats) per step, which dominates a market of
 :class:`SeatFlags` is the ``terminations``/``truncations`` dict with one extra bit: it is set
 whenever a flag is set to a true value, and only :func:`first_dead_step` clears it, after a scan
 found no dead seat. The scan, and so the seat chosen, is PettingZoo's own.
+
+:func:`dead_step` is PettingZoo's ``_was_dead_step`` with the same effect, but O(1) per seat
+when every seat is dead (the end of an episode, where each of N seats takes a dead step that
+PettingZoo makes O(N)).
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ class DeadSeatEnv(Protocol):
     terminations: dict[str, bool]
     truncations: dict[str, bool]
     _skip_agent_selection: Any
+    rewards: dict[str, float]
+    _cumulative_rewards: dict[str, float]
+    infos: dict[str, Any]
+    rewarded: set[str]
 
 
 def first_dead_step(env: DeadSeatEnv) -> str:
@@ -49,3 +57,34 @@ def first_dead_step(env: DeadSeatEnv) -> str:
             if isinstance(f, SeatFlags):
                 f.maybe_set = False
     return env.agent_selection
+
+
+def dead_step(env: DeadSeatEnv) -> None:
+    """The step of a dead seat, as PettingZoo's ``_was_dead_step``: remove the seat, select the
+    next dead seat in ``agents`` order (else the live seat the dead steps interrupted), and zero
+    every reward.
+
+    The next dead seat is the first one the scan meets, so the scan stops there: at the end of
+    an episode, where all seats are dead, that is the first seat. Only the seats in
+    ``env.rewarded`` are zeroed, as the env keeps every other seat's reward at 0.0; then none
+    holds a reward, so ``rewarded`` is emptied (the next dead step zeroes nothing).
+    """
+    agent = env.agent_selection
+    for table in (env.terminations, env.truncations, env.rewards, env._cumulative_rewards):
+        del table[agent]
+    del env.infos[agent]
+    env.agents.remove(agent)
+    dead = next((a for a in env.agents if env.terminations[a] or env.truncations[a]), None)
+    if dead is not None:
+        if getattr(env, "_skip_agent_selection", None) is None:
+            env._skip_agent_selection = env.agent_selection
+        env.agent_selection = dead
+    else:
+        if getattr(env, "_skip_agent_selection", None) is not None:
+            env.agent_selection = env._skip_agent_selection
+        env._skip_agent_selection = None
+    rewards = env.rewards
+    for a in env.rewarded:
+        if a in rewards:
+            rewards[a] = 0.0
+    env.rewarded = set()

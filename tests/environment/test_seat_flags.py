@@ -6,9 +6,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from pettingzoo import AECEnv
 from support import make_seats, new_env, play
 
-from market.environment.seat_flags import SeatFlags, first_dead_step
+from market.environment.seat_flags import SeatFlags, dead_step, first_dead_step
 
 
 def test_flags_remember_a_true_value_until_a_scan_finds_none() -> None:
@@ -69,3 +72,46 @@ def test_same_turn_order_as_a_full_scan_with_mid_episode_exits() -> None:
         last_round = max(t[3] for t in fast)
         mid_episode_deaths += sum(1 for t in fast if t[1] and t[3] < last_round)
     assert mid_episode_deaths > 0  # the seeds exercise a lab exit before the last round
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    flags=st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=8),
+    rewarded=st.sets(st.integers(0, 7)),
+    selected=st.integers(0, 7),
+    skip=st.one_of(st.none(), st.integers(0, 7)),
+)
+def test_dead_step_matches_pettingzoo(
+    flags: list[tuple[bool, bool]], rewarded: set[int], selected: int, skip: int | None
+) -> None:
+    """dead_step leaves every table and the selection as PettingZoo's _was_dead_step does."""
+    seats = [f"s{i}" for i in range(len(flags))]
+    dead = [s for s, f in zip(seats, flags, strict=True) if any(f)]
+    assume(dead)
+
+    def state() -> SimpleNamespace:
+        # the env's invariant: only seats in ``rewarded`` hold a nonzero reward
+        chosen = {seats[i] for i in rewarded if i < len(seats)}
+        env = SimpleNamespace(
+            agents=list(seats),
+            agent_selection=dead[selected % len(dead)],
+            terminations={s: f[0] for s, f in zip(seats, flags, strict=True)},
+            truncations={s: f[1] for s, f in zip(seats, flags, strict=True)},
+            rewards={s: (1.5 + i if s in chosen else 0.0) for i, s in enumerate(seats)},
+            _cumulative_rewards={s: float(i) for i, s in enumerate(seats)},
+            infos={s: {"i": i} for i, s in enumerate(seats)},
+            rewarded=chosen | {"gone"},  # a seat already removed is skipped
+            _skip_agent_selection=None if skip is None else seats[skip % len(seats)],
+        )
+        env._clear_rewards = lambda: AECEnv._clear_rewards(env)
+        return env
+
+    ours, theirs = state(), state()
+    dead_step(ours)
+    AECEnv._was_dead_step(theirs, None)
+    for name in ("agents", "agent_selection", "terminations", "truncations", "infos"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+    assert ours._cumulative_rewards == theirs._cumulative_rewards
+    assert ours.rewards == theirs.rewards and all(v == 0.0 for v in ours.rewards.values())
+    assert ours._skip_agent_selection == theirs._skip_agent_selection
+    assert ours.rewarded == set()  # every reward is zero now
