@@ -18,6 +18,7 @@ from market.cli.leaderboard_command import cmd_leaderboard, wants_leaderboard
 from market.cli.parser import one_line, parse_seeds, parse_specs
 from market.record.replay_cli import run_cli
 from market.record.report import write_episode_page, write_report, write_run_report
+from market.record.report.run_page import files_in
 from market.record.transcript import TranscriptError
 from market.record.viewer import render_transcript
 from market.run.async_runner import given_llm_flags, llm_options
@@ -153,8 +154,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(payload, indent=1))
         console.print(f"results written to {args.json}")
     print(f"results: {out / 'results.jsonl'} ({len(rows)} row(s): one per episode and seat)")
-    transcripts = [out / "transcripts" / f"{s}.jsonl" for s in summary.episodes]
-    transcripts = [p for p in transcripts if p.is_file()]
+    on_disk = files_in(out / "transcripts")
+    transcripts = [s for s in summary.episodes if f"{s}.jsonl" in on_disk]
     if transcripts and not args.no_transcripts:
         print(
             f"transcripts: {out / 'transcripts'}/<seed>.jsonl ({len(transcripts)} file(s)); "

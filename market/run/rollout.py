@@ -511,7 +511,7 @@ def mean_ci95(values: list[float]) -> tuple[float, float]:
     mean = sum(values) / n
     if n == 1:
         return mean, 0.0
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    var = sum([(v - mean) ** 2 for v in values]) / (n - 1)  # a list: faster, the same sum
     t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
     return mean, t * math.sqrt(var / n)
 

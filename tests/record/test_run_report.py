@@ -18,6 +18,7 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from market.record.report import (
     build_report,
     build_run_report,
     episode_from,
+    run_page,
     sample_seeds,
     write_run_report,
 )
@@ -297,8 +299,9 @@ def test_run_report_and_its_page_in_headless_chromium(tmp_path: Path) -> None:
 def test_sampled_pages_written_by_several_workers_are_the_ones_one_process_writes(
     tmp_path: Path,
 ) -> None:
-    """``workers`` spreads the sampled episodes' pages over processes: the same pages (byte for
-    byte) and the same report as one process writes."""
+    """``workers`` spreads the sampled episodes' pages over processes (forced here: these pages
+    are too quick to be worth a pool, see the next test): the same pages (byte for byte) and the
+    same report as one process writes."""
     folder = tmp_path / "run"
     (folder / "transcripts").mkdir(parents=True)
     seeds = range(4)
@@ -306,13 +309,19 @@ def test_sampled_pages_written_by_several_workers_are_the_ones_one_process_write
         run_episode(SCENARIO, seed, transcript=folder / "transcripts" / f"{seed}.jsonl")
     rows = [row(s, "bidder_0", float(s)) for s in seeds]
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    written = {}
+    written, writers = {}, {}
     for workers in (1, 3):
-        # a fresh interpreter: one thread, so the pages really go to a pool of processes
+        # a fresh interpreter: one thread, so the pages really go to a pool of processes; each
+        # page's writer notes its process id (forked pool workers inherit the wrapper)
+        pids = tmp_path / f"pids{workers}.txt"
         code = (
-            "import sys; from market.record.report.run_page import write_run_report; "
-            f"r = write_run_report(sys.argv[1], out=sys.argv[2], workers={workers}); "
-            "print(' '.join(str(p) for p in r.pages))"
+            "import os, sys; from market.record.report import run_page as rp; "
+            "rp.POOL_AFTER_S = 0.0; write = rp.write_episode_page\n"
+            "def noted(*a):\n"
+            f"    open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); return write(*a)\n"
+            "rp.write_episode_page = noted\n"
+            f"r = rp.write_run_report(sys.argv[1], out=sys.argv[2], workers={workers})\n"
+            "print(os.getpid(), ' '.join(str(p) for p in r.pages))"
         )
         out = tmp_path / f"report{workers}.html"
         proc = subprocess.run(
@@ -322,7 +331,9 @@ def test_sampled_pages_written_by_several_workers_are_the_ones_one_process_write
             check=True,
             timeout=120,
         )
-        pages = [Path(p) for p in proc.stdout.split()]
+        own, *paths = proc.stdout.split()
+        pages = [Path(p) for p in paths]
+        writers[workers] = set(pids.read_text().split()) - {own}
         written[workers] = (
             [p.name for p in pages],
             [p.read_bytes() for p in pages],
@@ -330,3 +341,38 @@ def test_sampled_pages_written_by_several_workers_are_the_ones_one_process_write
         )
     assert len(written[1][0]) == 4  # every episode of so small a run is in the sample
     assert written[3] == written[1]
+    assert not writers[1] and writers[3]  # one process wrote all; then the pool wrote some
+
+
+def test_quick_pages_are_written_without_a_pool(tmp_path: Path, monkeypatch: Any) -> None:
+    """A pool starts only when writing the pages here would take over POOL_AFTER_S, as
+    estimated from the first page: none for quick pages, one for slow ones."""
+    pools: list[int] = []
+
+    class NoPool:
+        def __init__(self, n: int) -> None:
+            pools.append(n)
+
+        def __enter__(self) -> NoPool:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def starmap(self, f: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:
+            return [f(*job) for job in jobs]
+
+    context = SimpleNamespace(Pool=NoPool)
+    monkeypatch.setattr(run_page.multiprocessing, "get_context", lambda: context)
+    monkeypatch.setattr(run_page.threading, "active_count", lambda: 1)  # as in the CLI
+    monkeypatch.setattr(run_page, "write_episode_page", lambda run_dir, seed: Path(f"{seed}.html"))
+    # the first page takes 0.01 s, then 0.3 s, then 5 s
+    ticks = iter([0.0, 0.01, 10.0, 10.3, 20.0, 25.0])
+    clock = ticks.__next__
+    quick = run_page.write_pages(tmp_path, [1, 2, 3, 4], workers=4, clock=clock)
+    assert [p.name for p in quick] == ["1.html", "2.html", "3.html", "4.html"] and pools == []
+    slow = run_page.write_pages(tmp_path, [5, 6, 7], workers=8, clock=clock)  # 2 x 0.3 > 0.5 s
+    assert [p.name for p in slow] == ["5.html", "6.html", "7.html"] and pools == [2]
+    alone = run_page.write_pages(tmp_path, [8, 9, 10], workers=1, clock=clock)
+    assert [p.name for p in alone] == ["8.html", "9.html", "10.html"]
+    assert pools == [2]  # one worker: never a pool

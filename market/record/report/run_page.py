@@ -33,8 +33,9 @@ import math
 import multiprocessing
 import os
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,10 @@ FIRST, EXTREMES, FLAGGED = 5, 3, 5
 #: where an episode's page goes, relative to the run folder
 PAGES = "episodes"
 TITLE = "gpumarket run report"
+#: the sample's pages go to a pool of processes only when writing them in this process would
+#: take longer than this (seconds, estimated from the first page): starting a pool costs more
+#: than a handful of small pages
+POOL_AFTER_S = 0.5
 
 
 @dataclass
@@ -160,6 +165,16 @@ def transcript_of(run_dir: Path, seed: int) -> Path:
     return run_dir / "transcripts" / f"{seed}.jsonl"
 
 
+def files_in(folder: Path) -> set[str]:
+    """The names of the files in ``folder`` (none if it is missing): one directory listing,
+    where asking ``is_file()`` of every episode's path costs a system call each."""
+    try:
+        with os.scandir(folder) as entries:
+            return {entry.name for entry in entries if entry.is_file()}
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+
+
 def episode_page(run_dir: Path, seed: int) -> str:
     """The page of one episode of a run: the single-transcript report of its transcript, its
     source named relative to the run folder (so the page does not depend on how the folder was
@@ -197,9 +212,15 @@ def _aggregate(rows: Sequence[Mapping[str, Any]], episodes: Sequence[EpisodeRow]
         agents = sorted({str(r.get("agent", "")) for r in seat_rows} - {""})
         ret_m, ret_c = mean_ci95([_num(r.get("return")) for r in seat_rows])
         bars.append((seat, ret_m, ret_c))
+        columns: list[list[float]] = [[] for _ in names]  # one pass over the rows for all
+        for r in seat_rows:
+            components = r.get("components") or {}
+            for n, column in zip(names, columns, strict=True):
+                value = components.get(n, 0.0)
+                column.append(value if type(value) is float else _num(value))
         cells = []
-        for n in names:
-            m, c = mean_ci95([_num((r.get("components") or {}).get(n, 0.0)) for r in seat_rows])
+        for column in columns:
+            m, c = mean_ci95(column)
             cells.append(f"{fmt(m, 3)} \u00b1 {fmt(c, 3)}")
         table.append(
             [
@@ -330,12 +351,15 @@ def build_run_report(
     pages: Mapping[int, str] | None = None,
     run_label: str = "RUN_DIR",
     recorded: set[int] | None = None,
+    *,
+    episodes: Sequence[EpisodeRow] | None = None,
 ) -> str:
     """The run report as a string: ``pages`` maps a seed to its page's link (relative to the
     report); ``recorded`` holds the seeds with a transcript (their rows name the command that
-    writes their page); ``run_label`` is the run folder as the command should name it."""
+    writes their page); ``run_label`` is the run folder as the command should name it.
+    ``episodes``: :func:`episode_rows` of ``rows``, when the caller already has them."""
     pages = dict(pages or {})
-    episodes = episode_rows(rows)
+    episodes = episode_rows(rows) if episodes is None else episodes
     scenarios = sorted({e.scenario for e in episodes})
     subtitle = f"{', '.join(scenarios) or 'no scenario'}: {len(episodes)} episode(s)"
     nav = h("nav", [h("a", "aggregate", href="#aggregate"), h("a", "episodes", href="#index")])
@@ -377,34 +401,51 @@ def write_run_report(
     workers: int = 1,
 ) -> RunReport:
     """Write ``RUN_DIR/report.html`` (or ``out``) from the run's rows (read from
-    ``results.jsonl`` when not given) and, with ``sample``, the sampled episodes' pages, written
-    by ``workers`` processes (each page reads and replays one transcript: about 0.1 s; one
-    process when this one runs other threads, which a fork must not copy)."""
+    ``results.jsonl`` when not given) and, with ``sample``, the sampled episodes' pages (each
+    reads and replays one transcript), with up to ``workers`` processes (:func:`write_pages`)."""
     run_dir = Path(run_dir)
     rows = list(rows) if rows is not None else read_rows(run_dir)
     target = Path(out) if out is not None else run_dir / "report.html"
     episodes = episode_rows(rows)
-    recorded = {e.seed for e in episodes if transcript_of(run_dir, e.seed).is_file()}
+    transcripts = files_in(run_dir / "transcripts")
+    recorded = {e.seed for e in episodes if f"{e.seed}.jsonl" in transcripts}
     written = []
     if sample:
-        seeds = sample_seeds([e for e in episodes if e.seed in recorded])
-        jobs = [(run_dir, seed) for seed in seeds]
-        # a forked child of a process with other threads (an LLM backend's) can deadlock
-        if workers > 1 and len(seeds) > 1 and threading.active_count() == 1:
-            with multiprocessing.get_context().Pool(min(workers, len(seeds))) as pool:
-                written = pool.starmap(write_episode_page, jobs)
-        else:
-            written = [write_episode_page(*job) for job in jobs]
+        written = write_pages(
+            run_dir, sample_seeds([e for e in episodes if e.seed in recorded]), workers
+        )
     # every page in the folder gets its link: the sample, and pages written on demand before
-    pages = {
-        seed: Path(os.path.relpath(page, target.parent)).as_posix()
-        for seed in sorted(recorded)
-        if (page := run_dir / PAGES / f"{seed}.html").is_file()
-    }
+    folder = Path(os.path.relpath(run_dir / PAGES, target.parent)).as_posix()
+    prefix = "" if folder == "." else folder + "/"
+    on_disk = files_in(run_dir / PAGES)
+    pages = {seed: f"{prefix}{seed}.html" for seed in sorted(recorded) if f"{seed}.html" in on_disk}
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = build_run_report(rows, pages, str(run_dir), recorded)
+    text = build_run_report(rows, pages, str(run_dir), recorded, episodes=episodes)
     target.write_text(text, encoding="utf-8")
     return RunReport(target, written)
+
+
+def write_pages(
+    run_dir: Path,
+    seeds: Sequence[int],
+    workers: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[Path]:
+    """Write each seed's page (:func:`write_episode_page`): the first in this process, timed
+    by ``clock``; the rest in a pool of up to ``workers`` processes if writing them here would
+    take longer than :data:`POOL_AFTER_S`, else here. Never a pool while this process runs
+    other threads: a forked child of a process with other threads (an LLM backend's) can
+    deadlock."""
+    if not seeds:
+        return []
+    start = clock()
+    written = [write_episode_page(run_dir, seeds[0])]
+    rest = [(run_dir, seed) for seed in seeds[1:]]
+    estimate = (clock() - start) * len(rest)
+    if workers > 1 and len(rest) > 1 and estimate > POOL_AFTER_S and threading.active_count() == 1:
+        with multiprocessing.get_context().Pool(min(workers, len(rest))) as pool:
+            return written + pool.starmap(write_episode_page, rest)
+    return written + [write_episode_page(*job) for job in rest]
 
 
 __all__ = [
@@ -412,15 +453,18 @@ __all__ = [
     "FIRST",
     "FLAGGED",
     "PAGES",
+    "POOL_AFTER_S",
     "EpisodeRow",
     "RunReport",
     "build_run_report",
     "episode_command",
     "episode_page",
     "episode_rows",
+    "files_in",
     "read_rows",
     "sample_seeds",
     "transcript_of",
     "write_episode_page",
+    "write_pages",
     "write_run_report",
 ]
