@@ -131,6 +131,27 @@ def test_page_on_demand_of_an_unsampled_episode_gets_its_link(
     assert "--episode needs one run folder" in capsys.readouterr().err
 
 
+def test_report_links_pages_relative_to_where_it_is_written(run_dir: Path, tmp_path: Path) -> None:
+    """Links lead to the pages from wherever the report goes: beside the run folder, inside
+    it, and among the pages themselves (no ``./`` prefix); a file named like a page that is
+    not one (a folder) gets no link."""
+    folder = tmp_path / "copy"
+    shutil.copytree(run_dir, folder)
+    *linked, last = sample_seeds(episode_rows(read_rows(folder)))
+    (folder / "episodes" / f"{last}.html").unlink()
+    (folder / "episodes" / f"{last}.html").mkdir()  # named like a page, but not a file
+    for out, prefix in (
+        (tmp_path / "report.html", "copy/episodes/"),
+        (folder / "report.html", "episodes/"),
+        (folder / "episodes" / "index.html", ""),
+        (tmp_path / "a" / "b" / "r.html", "../../copy/episodes/"),
+    ):
+        report = write_run_report(folder, out=out, sample=False)
+        hrefs = [h for h in links(report.path.read_text()) if not h.startswith("#")]
+        assert hrefs == [f"{prefix}{s}.html" for s in linked], out
+        assert all((out.parent / h).is_file() for h in hrefs)
+
+
 def test_no_report_writes_no_report(tmp_path: Path) -> None:
     args = ["run", SCENARIO, "--seeds", "0:2", "--workers", "1", "--no-progress"]
     assert cli([*args, "--out", str(tmp_path), "--no-report"]) == 0
