@@ -321,7 +321,8 @@ class SeatViews:
         cached = self._deliveries.get(me)
         if cached is not None and cached[0] == held:
             return cached[1]
-        view = delivery_view(env, me)
+        rate = self._per_round("failure_rate", lambda: round_failure_rate(env))
+        view = delivery_view(env, me, rate)
         self._deliveries[me] = (held, view)
         return view
 
@@ -439,16 +440,25 @@ def result_view(
     return fast_model(MarketResultView, **view)
 
 
-def delivery_view(env: MarketState, me: int) -> DeliveryView:
-    """Lab ``me``'s view of delivery risk: the rules, this round's failure probability, its
-    collateral on open short sales and its blocks that failed at the last close."""
-    world, sc, now = env.world, env.scenario, env.round
-    spec = sc.delivery
+def round_failure_rate(env: MarketState) -> float:
+    """This round's probability that an owned block fails: the same for every lab (it reads
+    the round's capacity and reliability, fixed at reset)."""
+    sc = env.scenario
+    return failure_rate(
+        env.world, sc.delivery, sc.capacity.reliability, min(env.round, sc.rounds - 1)
+    )
+
+
+def delivery_view(env: MarketState, me: int, rate: float | None = None) -> DeliveryView:
+    """Lab ``me``'s view of delivery risk: the rules, this round's failure probability
+    (``rate``, when the caller has :func:`round_failure_rate`), its collateral on open short
+    sales and its blocks that failed at the last close."""
+    spec = env.scenario.delivery
     last = env.results[-1].failures if env.results else []
     mine = next((f for f in last if f.lab == me), None)
     return fast_model(
         DeliveryView,
-        failure_rate=failure_rate(world, spec, sc.capacity.reliability, min(now, sc.rounds - 1)),
+        failure_rate=round_failure_rate(env) if rate is None else rate,
         base_failure_rate=spec.owned_failure_rate,
         outage_exposure=spec.outage_exposure,
         reliability_exposure=spec.reliability_exposure,

@@ -157,6 +157,27 @@ def test_failure_rate_rule() -> None:
     )
 
 
+def test_every_observation_shows_its_round_s_failure_rate() -> None:
+    """The failure rate in each bidder's observation is the rule's rate for that round, under
+    outages and reliability drops (the observation builds it once per round for all labs)."""
+    env = market.raw_env(
+        "shock_storm", delivery__outage_exposure=0.5, delivery__reliability_exposure=0.7
+    )
+    sc = env.scenario
+    seen = set()
+    for seed in (0, 1):
+        env.reset(seed=seed)
+        for agent in env.agent_iter():
+            obs, _, terminated, truncated, _ = env.last()
+            if obs.delivery is not None:
+                now = min(env.round, sc.rounds - 1)
+                want = failure_rate(env.world, sc.delivery, sc.capacity.reliability, now)
+                assert obs.delivery.failure_rate == want, (seed, env.round, agent)
+                seen.add(want)
+            env.step(None if terminated or truncated else {"action_type": "wait"})
+    assert len(seen) >= 3  # the shocks move the rate between rounds
+
+
 def test_failed_slots_are_a_prefix_property_of_the_seed() -> None:
     """Slot k's fate does not depend on how many blocks are held (common random numbers)."""
     streams = RngStreams(7)
