@@ -207,11 +207,10 @@ def start_pool_worker(folder_jobs: tuple[EpisodeJob, ...]) -> None:
 def play_seed(task: tuple[int, int]) -> tuple[int, Outcome, EpisodeLines | None]:
     """Pool worker: play ``seed`` of folder ``index`` -> (index, outcome, the lines to append)."""
     index, seed = task
-    scenario, _, *rest = _FOLDER_JOBS[index]
-    job = (scenario, seed, *rest)
-    outcome = play(job)
+    scenario, _, seats, transcript, digest_every, config = _FOLDER_JOBS[index]
+    outcome = play((scenario, seed, seats, transcript, digest_every, config))
     _, rows, rounds, _ = outcome
-    lines = None if rows is None else episode_lines(job[5], seed, rows, rounds)  # None: failed
+    lines = None if rows is None else episode_lines(config, seed, rows, rounds)  # None: failed
     return index, outcome, lines
 
 
