@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import multiprocessing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +26,10 @@ from typing import Any
 
 from agents.registry import REGISTRY
 from market.run.folders import check_seats
-from market.run.jobs import ProgressFn, RunConfigError, default_workers, ignore_sigint
+from market.run.jobs import ProgressFn, RunConfigError, default_workers
 from market.run.rollout import default_seats, mean_ci95, run_episode
 from market.run.runner import progress_bar
+from market.run.worker_pool import TaskFailed, WorkerPool
 from scenarios import builtin_names, load_scenario
 from scenarios.schema import Scenario
 
@@ -229,6 +229,14 @@ def _play_seat(job: tuple[Scenario, str, str, int, str]) -> tuple[str, str, int,
     return name, agent, seed, result.returns[seat], int(result.invalid_actions.get(seat, 0)), ""
 
 
+def _not_finished(
+    job: tuple[Scenario, str, str, int, str], failure: TaskFailed
+) -> tuple[str, str, int, float, int, str]:
+    """What :func:`_play_seat` gives for an episode whose worker died playing it."""
+    _, agent, _, seed, name = job
+    return name, agent, seed, math.nan, 0, f"episode not finished: {failure}"
+
+
 def expert_matrix(
     seeds: Iterable[int] = DEFAULT_SEEDS,
     out_dir: str | Path | None = None,
@@ -309,17 +317,18 @@ def _run(
     total, done = len(jobs), 0
     callback = progress if callable(progress) else None
     # the pool is forked before the progress bar starts its refresh thread (as in the runner)
-    pool = (
-        multiprocessing.get_context().Pool(min(workers, total), initializer=ignore_sigint)
-        if workers > 1 and total > 1
-        else None
-    )
+    pool = WorkerPool(_play_seat, min(workers, total)) if workers > 1 and total > 1 else None
     bar = progress_bar(progress is True, "expert matrix")
     try:
         with bar:
             task = bar.add_task("expert matrix", total=total)
             outcomes = (
-                pool.imap_unordered(_play_seat, jobs, chunksize=4)
+                (
+                    _not_finished(jobs[position], result)
+                    if isinstance(result, TaskFailed)
+                    else result
+                    for position, result in pool.imap_unordered(jobs)
+                )
                 if pool is not None
                 else map(_play_seat, jobs)
             )
@@ -338,7 +347,6 @@ def _run(
     finally:
         if pool is not None:
             pool.terminate()
-            pool.join()
 
 
 __all__ = [

@@ -193,14 +193,14 @@ _FOLDER_JOBS: tuple[EpisodeJob, ...] = ()
 
 
 def start_pool_worker(folder_jobs: tuple[EpisodeJob, ...]) -> None:
-    """Initializer of the local pool's workers: ignore Ctrl-C, and keep each folder's job.
+    """Initializer of the local pool's workers (:class:`market.run.worker_pool.WorkerPool`,
+    whose workers leave Ctrl-C to the parent): keep each folder's job.
 
     A task is then only ``(folder index, seed)``, so the scenario is handed to each worker once
     (inherited when the pool forks) instead of pickled with every episode; and the worker also
     encodes the episode's file lines (:func:`play_seed`). Both were serial work in the parent,
     which at 16 workers could not keep up with them."""
     global _FOLDER_JOBS
-    ignore_sigint()
     _FOLDER_JOBS = folder_jobs
 
 

@@ -32,7 +32,6 @@ or resumed in several sittings; only ``seconds`` (wall time) differs.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
 import time
 import zlib
@@ -72,6 +71,7 @@ from market.run.jobs import (
 )
 from market.run.ray_backend import RayBackendError, RayStats, ray_map
 from market.run.rollout import mean_ci95, transcript_path
+from market.run.worker_pool import TaskFailed, WorkerPool
 from scenarios.schema import Scenario
 
 
@@ -137,7 +137,8 @@ def execute(
 
     # the pool is forked before the progress bar starts its refresh thread
     pool = (
-        multiprocessing.get_context().Pool(
+        WorkerPool(
+            play_seed,
             min(workers, total),
             initializer=start_pool_worker,
             initargs=(tuple(f.job(0) for f in folders),),  # each task puts in its seed
@@ -161,8 +162,12 @@ def execute(
                 run_jobs_async(jobs, finished, **dict(llm or {}))
             elif pool is not None:
                 tasks = [(index, job[1]) for index, job in jobs]
-                for index, outcome, lines in pool.imap_unordered(play_seed, tasks, chunksize=1):
-                    finished(index, outcome, lines)
+                for position, result in pool.imap_unordered(tasks):
+                    if isinstance(result, TaskFailed):  # its worker died: the seed is retried
+                        index, seed = tasks[position]  # when the run is resumed
+                        finished(index, (seed, None, [], f"episode not finished: {result}"))
+                    else:
+                        finished(*result)
                 pool.close()
             else:
                 for index, job in jobs:
@@ -175,8 +180,7 @@ def execute(
         ) from None
     finally:
         if pool is not None:
-            pool.terminate()  # after close() a no-op wait; on Ctrl-C or a crash it stops them
-            pool.join()
+            pool.terminate()  # after close() nothing is left; on Ctrl-C or a crash it stops them
         for f in folders:
             f.close()
 

@@ -19,6 +19,8 @@ from support import ctrl_c_able
 from agents.scripted import TruthfulBidder
 from market.cli import EXAMPLES
 from market.cli import main as cli
+from market.environment.aec import raw_env
+from market.record.reader import read_transcript
 from market.record.replay import replay
 from market.run.folders import RESULTS, ROUNDS
 from market.run.rollout import run_episode
@@ -65,6 +67,22 @@ class BrokenReset(TruthfulBidder):
 
     def reset(self, seed: Any = None) -> None:
         raise RuntimeError("cannot reset")
+
+
+_TEST_PROCESS = os.getpid()
+
+
+class KilledInItsWorker(TruthfulBidder):
+    """Kills its own process with SIGKILL, as the out-of-memory killer would, when reset with
+    the seat seed in ``GM_TEST_KILL_SEAT_SEED``; only in a pool worker, never in the tests."""
+
+    name = "killed_in_its_worker"
+
+    def reset(self, seed: Any = None) -> None:
+        wanted = os.environ.get("GM_TEST_KILL_SEAT_SEED")
+        if str(seed) == wanted and os.getpid() != _TEST_PROCESS:
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().reset(seed)
 
 
 def stable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -288,6 +306,43 @@ def test_a_failing_episode_is_reported_and_not_recorded(tmp_path: Path, workers:
     )
     assert set(summary.failed) == {0, 1} and "cannot reset" in summary.failed[0]
     assert not summary.complete and summary.rows == [] and results_lines(out) == []
+
+
+def test_a_worker_killed_mid_episode_fails_that_seed_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = raw_env("single_trade")
+    env.reset(seed=4)
+    monkeypatch.setenv("GM_TEST_KILL_SEAT_SEED", str(env.seat_seed("bidder_0")))
+    spec = "py:test_runner:KilledInItsWorker"
+    argv = ["run", "single_trade", "--seeds", "0:8", "--workers", "2", "--out", str(tmp_path)]
+    argv += ["--no-progress", "--seat", f"bidder_0={spec}"]
+    assert cli(argv) == 1  # before the worker pool, the run waited for seed 4 forever
+    err = capsys.readouterr().err
+    assert (
+        "episode seed 4 failed: episode not finished: its worker process was killed by SIGKILL"
+        in err
+    )
+    out = tmp_path / "single_trade"
+    assert sorted({json.loads(line)["seed"] for line in results_lines(out)}) == [
+        0,
+        1,
+        2,
+        3,
+        5,
+        6,
+        7,
+    ]
+
+    monkeypatch.delenv("GM_TEST_KILL_SEAT_SEED")
+    assert cli(argv) == 0
+    assert "7 episode(s) were already complete, 1 played now" in capsys.readouterr().out
+    assert read_transcript(out / "transcripts" / "4.jsonl").complete
+    serial = run_scenario(
+        "single_trade", range(8), {"bidder_0": spec}, tmp_path / "serial", 1, progress=False
+    )
+    rows = [json.loads(line) for line in results_lines(out)]
+    assert stable(rows) == stable(serial.rows)
 
 
 # --------------------------------------------------------------------------------- Ctrl-C
