@@ -1,10 +1,12 @@
 """Throughput sections of the bench suite: AEC steps/s per scenario (``steps``), episodes/s of the
-runner with 1, 2 and all cores (``episodes``) and on Ray (``ray``), and steps/s with and without
-transcripts (``transcript``)."""
+runner with 1, 2 and all cores against what those cores can do at most (``episodes``) and on
+Ray (``ray``), and steps/s with and without transcripts (``transcript``)."""
 
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
+import queue
 import tempfile
 import time
 from pathlib import Path
@@ -84,18 +86,85 @@ def time_run(scenario: str, n_seeds: int, out_dir: Path, **kwargs: Any) -> float
     return elapsed
 
 
+def _ceiling_worker(scenario: str, seeds: list[int], ready: Any, go: Any) -> None:
+    """One process of :func:`ceiling_seconds`: a warm-up episode, then its seeds on the signal."""
+    run_episode(scenario, seeds[0])  # imports, caches and the allocator, off the clock
+    ready.put(None)
+    go.wait()
+    for seed in seeds:
+        run_episode(scenario, seed)
+
+
+def ceiling_seconds(scenario: str, n_seeds: int, processes: int, timeout: float = 600.0) -> float:
+    """Wall seconds for ``processes`` processes to play seeds ``0..n_seeds-1`` between them (seed
+    ``i`` in process ``i % processes``) and exit, timed from the moment every one of them has
+    started, imported the package and played a warm-up episode.
+
+    Nothing else runs: no pool, no results to send back or write, no start-up on the clock. So
+    ``n_seeds`` over this time is the most episodes per second any runner can get from that
+    many cores here (their parallel ceiling): it falls short of ``processes`` times one
+    process's rate when the cores share caches, memory bandwidth or a power budget, or are
+    busy with other work. Processes start as the runner's pool does (the platform's default).
+    """
+    if not 1 <= processes <= n_seeds:
+        raise ValueError(f"need 1 <= processes <= n_seeds, got {processes} and {n_seeds}")
+    ctx = multiprocessing.get_context()
+    ready, go = ctx.Queue(), ctx.Event()
+    children = [
+        ctx.Process(
+            target=_ceiling_worker,
+            args=(scenario, list(range(i, n_seeds, processes)), ready, go),
+            daemon=True,
+        )
+        for i in range(processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        deadline = time.monotonic() + timeout
+        waiting = processes
+        while waiting:
+            try:
+                ready.get(timeout=0.2)
+                waiting -= 1
+            except queue.Empty:
+                if time.monotonic() > deadline or any(c.exitcode is not None for c in children):
+                    break  # a process died (or hung) before its start line
+        start = time.perf_counter()
+        go.set()
+        for child in children:
+            child.join(max(0.0, deadline - time.monotonic()) if not waiting else 0.0)
+        elapsed = time.perf_counter() - start
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+                child.join()
+        ready.close()
+    failed = [c.exitcode for c in children if c.exitcode != 0]
+    if waiting or failed:
+        raise RuntimeError(
+            f"{scenario}: {len(failed)} of {processes} ceiling processes failed or hung "
+            f"(exit codes {failed}; a traceback, if any, is on stderr above)"
+        )
+    return elapsed
+
+
 def section_episodes(config: BenchConfig) -> SectionResult:
     cores = default_workers()
     result = SectionResult(details={"cores": cores, "rows": []})
     with tempfile.TemporaryDirectory(prefix="gpumarket-bench-") as tmp:
         for scenario, n_seeds in config.episode_batches:
-            base = None
+            base = ceiling_base = None
             for workers in worker_levels(cores):
                 seconds = time_run(
                     scenario, n_seeds, Path(tmp) / f"{scenario}-{workers}", workers=workers
                 )
                 rate = n_seeds / seconds
+                ceiling = n_seeds / ceiling_seconds(scenario, n_seeds, workers)
                 base = base or rate
+                ceiling_base = ceiling_base or ceiling
+                speedup, ceiling_speedup = rate / base, ceiling / ceiling_base
                 result.details["rows"].append(
                     {
                         "scenario": scenario,
@@ -103,18 +172,23 @@ def section_episodes(config: BenchConfig) -> SectionResult:
                         "episodes": n_seeds,
                         "seconds": seconds,
                         "episodes_per_s": rate,
-                        "speedup": rate / base,
+                        "speedup": speedup,
+                        "ceiling_episodes_per_s": ceiling,
+                        "ceiling_speedup": ceiling_speedup,
+                        "share_of_ceiling": rate / ceiling,
                     }
                 )
-                result.metrics.append(
+                name = f"episodes.{scenario}.workers_{workers}"
+                result.metrics += [
+                    metric(f"{name}.episodes_per_s", rate, "episodes/s", "higher", "episodes"),
                     metric(
-                        f"episodes.{scenario}.workers_{workers}.episodes_per_s",
-                        rate,
+                        f"{name}.ceiling_episodes_per_s",
+                        ceiling,
                         "episodes/s",
                         "higher",
                         "episodes",
-                    )
-                )
+                    ),
+                ]
     return result
 
 
