@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import tempfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -212,11 +211,6 @@ def play_seed(task: tuple[int, int]) -> tuple[int, Outcome, EpisodeLines | None]
     _, rows, rounds, _ = outcome
     lines = None if rows is None else episode_lines(config, seed, rows, rounds)  # None: failed
     return index, outcome, lines
-
-
-def ignore_sigint() -> None:
-    """Pool workers ignore Ctrl-C; the parent stops them, so finished episodes are kept."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def default_workers() -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,6 @@ from openskill.models import PlackettLuce
 from market.core.seats import DESIGNER
 from market.run.conduct_table import seat_score, summarize
 from market.run.health import judge_counts, seat_counts
-from market.run.jobs import ignore_sigint
 from market.run.ray_backend import RayBackendError, ray_map
 from market.run.rollout import mean_ci95, run_episode, with_agent_timeout
 from market.run.tournament_plan import (
@@ -59,6 +57,7 @@ from market.run.tournament_tables import (
     to_csv,
     write_outputs,
 )
+from market.run.worker_pool import TaskFailed, WorkerPool
 from scenarios.schema import Scenario
 
 MATCHES_FILE = "matches.jsonl"
@@ -406,8 +405,7 @@ def run_tournament(
         if backend == "ray":
             _play_ray(jobs, address, save)
         elif workers <= 1 or len(jobs) <= 1:
-            for job in jobs:
-                save(_play(job))
+            _play_here(jobs, save)
         else:
             _play_pool(jobs, workers, save)
     records = load_records(out, plan_)
@@ -419,29 +417,32 @@ def run_tournament(
 def _play_pool(
     jobs: list[tuple[Scenario, Match]], workers: int, save: Callable[[dict[str, Any]], None]
 ) -> None:
-    """Play ``jobs`` in a process pool, saving each record as it finishes (a bounded number in
-    flight, so an interrupted run loses at most the matches being played)."""
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
-    try:
-        todo = iter(jobs)
-        running: set[Future[dict[str, Any]]] = set()
-        while True:
-            for job in todo:
-                running.add(pool.submit(_play, job))
-                if len(running) >= 4 * workers:
-                    break
-            if not running:
-                break
-            finished, running = wait(running, return_when=FIRST_COMPLETED)
-            for fut in sorted(finished, key=lambda f: f.result()["id"]):
-                save(fut.result())
-    except BaseException:  # Ctrl-C or a failed match: drop what is queued, stop the workers
-        procs = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in procs:
-            proc.terminate()
-        raise
-    pool.shutdown()
+    """Play ``jobs`` in worker processes (:mod:`market.run.worker_pool`), saving each record as
+    it finishes; an interrupted run loses at most the matches being played. A match that
+    raises, or whose worker dies, stops the tournament with a :class:`TournamentError`."""
+    with WorkerPool(_play, min(workers, len(jobs))) as pool:
+        for position, rec in pool.imap_unordered(jobs):
+            if isinstance(rec, TaskFailed):
+                raise _match_failed(jobs[position][1], str(rec))
+            save(rec)
+        pool.close()
+
+
+def _play_here(jobs: list[tuple[Scenario, Match]], save: Callable[[dict[str, Any]], None]) -> None:
+    """Play ``jobs`` in this process, saving each record as it finishes."""
+    for job in jobs:
+        try:
+            rec = _play(job)
+        except Exception as exc:  # an agent or env bug: one line, not a traceback
+            raise _match_failed(job[1], f"{type(exc).__name__}: {exc}") from exc
+        save(rec)
+
+
+def _match_failed(match: Match, reason: str) -> TournamentError:
+    return TournamentError(
+        f"match {match.id} failed: {reason}. The matches finished before it are kept: run the "
+        "same command again to resume"
+    )
 
 
 def _play_ray(

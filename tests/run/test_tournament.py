@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agents.scripted import TruthfulBidder
 from market.cli import main as cli_main
 from market.run.tournament import (
     MATCHES_FILE,
@@ -249,6 +252,37 @@ def test_cli_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
         cli_main(["tournament", "--help"])
     assert exc.value.code == 0
     assert "example: gpumarket tournament --bidders" in capsys.readouterr().out
+
+
+class BreaksWhenAsked(TruthfulBidder):
+    """Raises in reset while ``GM_TEST_BREAK_AGENT`` is set, so its matches fail."""
+
+    name = "breaks_when_asked"
+
+    def reset(self, seed: Any = None) -> None:
+        if os.environ.get("GM_TEST_BREAK_AGENT"):
+            raise RuntimeError("asked to break")
+        super().reset(seed)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])  # in this process, and in worker processes
+def test_a_failing_match_stops_with_one_line_and_a_rerun_completes(
+    workers: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    argv = ["tournament", "--bidders", "truthful,py:test_tournament:BreaksWhenAsked"]
+    argv += ["--designers", "", "--seeds", "0:2", "--workers", workers]
+    monkeypatch.setenv("GM_TEST_BREAK_AGENT", "1")
+    assert cli_main([*argv, "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "failed: RuntimeError: asked to break. The matches finished before it are kept" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    monkeypatch.delenv("GM_TEST_BREAK_AGENT")
+    assert cli_main([*argv, "--out", str(tmp_path / "t")]) == 0
+    assert cli_main([*argv, "--out", str(tmp_path / "clean")]) == 0
+    assert outputs(tmp_path / "t") == outputs(tmp_path / "clean")
 
 
 @pytest.mark.parametrize(
