@@ -105,8 +105,11 @@ class WorkerPool:
             raise ValueError(f"processes must be at least 1, got {processes}")
         self._ctx = multiprocessing.get_context()
         self._target = (work, initializer, tuple(initargs))
+        self.processes = processes
         self.workers = [self._start() for _ in range(processes)]
         self.replaced = 0  # workers started again after one died
+        self.gave_up: str | None = None  # why no more workers are started (they die at start)
+        self._deaths_without_task = 0
 
     def _start(self) -> _Worker:
         parent_end, child_end = self._ctx.Pipe()
@@ -129,11 +132,18 @@ class WorkerPool:
         for worker in self.workers:
             self._feed(worker, pending)
         while True:
-            busy = [w for w in self.workers if w.in_flight]
-            if not busy:
+            if pending:  # e.g. a task handed back by a dead worker while others were idle
+                for worker in self.workers:
+                    if not worker.in_flight:
+                        self._feed(worker, pending)
+            # a worker that hung up is watched until its exit is seen, even with no task
+            watched = [w for w in self.workers if w.in_flight or w.hung_up]
+            if not watched:  # done, or no worker is left to take what is
+                while pending:
+                    yield pending.popleft()[0], TaskFailed(self.gave_up or "no worker process")
                 return
-            waitables: dict[Any, _Worker] = {w.process.sentinel: w for w in busy}
-            waitables.update({w.conn: w for w in busy if not w.hung_up})
+            waitables: dict[Any, _Worker] = {w.process.sentinel: w for w in watched}
+            waitables.update({w.conn: w for w in watched if not w.hung_up})
             for ready in wait(list(waitables)):
                 worker = waitables[ready]
                 if worker not in self.workers:  # replaced while this batch was handled
@@ -187,7 +197,11 @@ class WorkerPool:
         worker.in_flight = deque()
         pending.extendleft((p, tasks[p]) for p in reversed(waiting))
         self.workers.remove(worker)
-        if pending:  # the tasks left still need a worker
+        if running is None:  # it died before taking a task, e.g. in its initializer
+            self._deaths_without_task += 1
+        if self._deaths_without_task > 2 * self.processes:
+            self.gave_up = f"{self._deaths_without_task} worker processes died at start ({reason})"
+        elif pending:  # the tasks left still need a worker
             fresh = self._start()
             self.workers.append(fresh)
             self.replaced += 1

@@ -41,6 +41,19 @@ def troublesome(x: int) -> int:
     return x + 100
 
 
+def killed_after_answering(x: int) -> int:
+    """Task 0 answers, then its worker is killed 50 ms later, in the middle of the next task."""
+    if x == 0:
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    else:
+        time.sleep(0.2)
+    return x + 100
+
+
+def crash_at_start() -> None:
+    raise RuntimeError("no worker today")
+
+
 def collect(pool: WorkerPool, tasks: list[Any], limit: float = 60.0) -> dict[int, Any]:
     """Every (position, result), checking that no position comes twice; fails after ``limit``
     seconds instead of hanging the test run."""
@@ -90,6 +103,26 @@ def test_failures_are_reported_and_every_other_task_finishes(processes: int) -> 
         p: p + 100 for p in tasks if p not in failed
     }
     assert replaced == 2
+
+
+def test_a_worker_killed_between_tasks_fails_only_the_task_it_was_running() -> None:
+    with WorkerPool(killed_after_answering, 1) as pool:
+        results = collect(pool, [0, 1, 2, 3])
+        assert pool.replaced == 1
+        pool.close()
+    assert results[1] == TaskFailed(
+        "its worker process was killed by SIGKILL (the system may have run out of memory)"
+    )
+    assert {p: r for p, r in results.items() if p != 1} == {0: 100, 2: 102, 3: 103}
+
+
+def test_workers_that_cannot_start_fail_every_task_instead_of_hanging() -> None:
+    with WorkerPool(square, 2, initializer=crash_at_start) as pool:
+        results = collect(pool, list(range(6)))
+    assert sorted(results) == list(range(6))
+    assert all(
+        isinstance(r, TaskFailed) and "exited with code 1" in str(r) for r in results.values()
+    )
 
 
 def test_terminate_stops_busy_workers() -> None:
