@@ -30,7 +30,9 @@ SECTIONS: tuple[str, ...] = (
     "peer",  # only with --peer-arena DIR
 )
 TARGET_STEPS_PER_SECOND = 10_000
-TARGET_CLEARING_MS = 20.0
+TARGET_CLEARING_MS = 20.0  # clear() at 1,000 bidders
+TARGET_ENV_STEP_MS = 8.0  # the env step that closes a round at 1,000 labs
+TARGET_TRANSCRIPT_PCT = 30.0  # recording overhead with a state digest at every step
 DEFAULT_THRESHOLD = 0.2
 CLEARING_NOISE_MS = 0.1  # clearing a small market takes ~0.1 ms: changes below this are noise
 #: glibc settings for the clearing timings (a fresh interpreter): keep freed memory rather than

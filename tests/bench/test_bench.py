@@ -244,6 +244,34 @@ def test_targets_read_the_figures() -> None:
     assert ok == {"market_round": False, "vcg": True, "first_price": False, "clear()": False}
 
 
+@pytest.mark.parametrize(
+    ("env_step_ms", "overhead_pct", "expected"),
+    [(7.9, 30.0, (True, True)), (8.0, 30.1, (False, False)), (12.0, 12.0, (False, True))],
+)
+def test_the_env_step_and_transcript_targets(
+    env_step_ms: float, overhead_pct: float, expected: tuple[bool, bool]
+) -> None:
+    report = {
+        "metrics": [_metric("transcript.market_round.digest_1.overhead_pct", overhead_pct)],
+        "details": {
+            "clearing": {
+                "nlogn_exponent": 1.13,
+                "exponents": {},
+                "ms": {},
+                "env_step": {"labs": 1000, "median_ms": env_step_ms},
+            }
+        },
+    }
+    found = {t["target"]: (t["value"], t["ok"]) for t in suite.targets(report)}
+    assert found == {
+        "env clearing step at 1,000 labs < 8 ms": (env_step_ms, expected[0]),
+        "transcript overhead <= 30% with a state digest at every step (market_round)": (
+            overhead_pct,
+            expected[1],
+        ),
+    }
+
+
 def test_worker_levels() -> None:
     assert throughput.worker_levels(1) == [1]
     assert throughput.worker_levels(2) == [1, 2]
