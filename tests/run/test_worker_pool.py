@@ -42,11 +42,11 @@ def troublesome(x: int) -> int:
 
 
 def killed_after_answering(x: int) -> int:
-    """Task 0 answers, then its worker is killed 50 ms later, in the middle of the next task."""
+    """Task 0 answers, then its worker is killed 0.2 s later, in the middle of the next task."""
     if x == 0:
-        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
     else:
-        time.sleep(0.2)
+        time.sleep(0.6)
     return x + 100
 
 
@@ -102,7 +102,9 @@ def test_failures_are_reported_and_every_other_task_finishes(processes: int) -> 
     assert {p: r for p, r in results.items() if p not in failed} == {
         p: p + 100 for p in tasks if p not in failed
     }
-    assert replaced == 2
+    # one worker: each death needs a fresh one; more: the others may have taken every task left
+    # by the time the second death is seen
+    assert replaced == 2 if processes == 1 else 1 <= replaced <= 2
 
 
 def test_a_worker_killed_between_tasks_fails_only_the_task_it_was_running() -> None:
