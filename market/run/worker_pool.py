@@ -1,6 +1,7 @@
-"""The local backend's worker processes: each worker has its own pipe, gets a task or two at a
-time, and sends back each result as soon as it has it; the calling thread does all of the
-parent's work, and a worker that dies is reported, not waited for.
+"""Worker processes for runs, the expert matrix, tournaments and the run report's pages: each
+worker has its own pipe, gets a task or two at a time, and sends back each result as soon as it
+has it; the calling thread does all of the parent's work, and a worker that dies is reported,
+not waited for.
 
 Why not ``multiprocessing.Pool``: its parent keeps two helper threads that pass every task and
 result through shared queues. At one task per episode that cost the parent about 0.7 ms of CPU
@@ -8,8 +9,8 @@ an episode (handing the GIL between three threads), a core's worth on a 2-core m
 worker killed in the middle of a task (the out-of-memory killer, ``kill -9``) left that task
 unanswered, so the run waited forever. Here the parent waits on the workers' pipes and process
 sentinels at once (:func:`multiprocessing.connection.wait`): a result is read the moment it
-arrives, and a worker's exit turns the tasks it held into :class:`TaskFailed` results saying
-why, after which a fresh worker takes its place.
+arrives, and a worker's exit turns the task it was running into a :class:`TaskFailed` saying
+why; the task waiting behind it goes back to the queue, and a fresh worker takes its place.
 """
 
 from __future__ import annotations

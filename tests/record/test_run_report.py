@@ -18,7 +18,6 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -371,7 +370,8 @@ def test_quick_pages_are_written_without_a_pool(tmp_path: Path, monkeypatch: Any
     pools: list[int] = []
 
     class NoPool:
-        def __init__(self, n: int) -> None:
+        def __init__(self, work: Any, n: int) -> None:
+            self.work = work
             pools.append(n)
 
         def __enter__(self) -> NoPool:
@@ -380,11 +380,13 @@ def test_quick_pages_are_written_without_a_pool(tmp_path: Path, monkeypatch: Any
         def __exit__(self, *exc: object) -> None:
             pass
 
-        def starmap(self, f: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:
-            return [f(*job) for job in jobs]
+        def imap_unordered(self, jobs: list[Any]) -> Any:
+            return reversed([(p, self.work(job)) for p, job in enumerate(jobs)])
 
-    context = SimpleNamespace(Pool=NoPool)
-    monkeypatch.setattr(run_page.multiprocessing, "get_context", lambda: context)
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(run_page, "WorkerPool", NoPool)
     monkeypatch.setattr(run_page.threading, "active_count", lambda: 1)  # as in the CLI
     monkeypatch.setattr(run_page, "write_episode_page", lambda run_dir, seed: Path(f"{seed}.html"))
     # the first page takes 0.01 s, then 0.3 s, then 5 s

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 import threading
 import time
@@ -47,6 +46,7 @@ from market.record.report.plots import Series, bar_chart, line_chart
 from market.run.conduct_table import CONDUCT_HEADERS, conduct_cells, summarize
 from market.run.health import from_rows
 from market.run.rollout import mean_ci95
+from market.run.worker_pool import TaskFailed, WorkerPool
 
 #: the sample rule's sizes (see the module docstring)
 FIRST, EXTREMES, FLAGGED = 5, 3, 5
@@ -443,9 +443,20 @@ def write_pages(
     rest = [(run_dir, seed) for seed in seeds[1:]]
     estimate = (clock() - start) * len(rest)
     if workers > 1 and len(rest) > 1 and estimate > POOL_AFTER_S and threading.active_count() == 1:
-        with multiprocessing.get_context().Pool(min(workers, len(rest))) as pool:
-            return written + pool.starmap(write_episode_page, rest)
+        with WorkerPool(_write_page, min(workers, len(rest))) as pool:
+            by_position = dict(pool.imap_unordered(rest))
+            pool.close()
+        # a page whose worker failed is written here: the page, or the error it raises
+        return written + [
+            write_episode_page(*rest[p]) if isinstance(page, TaskFailed) else page
+            for p, page in sorted(by_position.items())
+        ]
     return written + [write_episode_page(*job) for job in rest]
+
+
+def _write_page(job: tuple[Path, int]) -> Path:
+    """A pool worker's task: one page (:func:`write_episode_page`)."""
+    return write_episode_page(*job)
 
 
 __all__ = [
