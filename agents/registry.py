@@ -92,7 +92,7 @@ SPEC_HELP = (
     "a spec is NAME or NAME?key=value&key=value (NAME: a registered agent or a plug-in from the "
     "'gpumarket.agents' entry-point group), py:package.module:ClassName?..., "
     "llm:openai?model=...&base_url=..., llm:hf?path=..., torch_policy?path=CHECKPOINT, or "
-    "remote?url=http://HOST:PORT&token=... (an agent service)"
+    "remote?url=http://HOST:PORT&token_env=VAR (an agent service)"
 )
 
 

@@ -1,7 +1,9 @@
 """Built-in scenario files (TOML, shipped as package data) and their loader.
 
 ``load_scenario("market_round")`` loads a built-in; ``load_scenario("path/to/file.toml")`` a file.
-A file may ``extends = "market_round"`` and override keys. Errors name the file, key and problem.
+A file may ``extends = "market_round"`` and override keys. Errors name the file, key and problem:
+every problem with a file or override, however malformed (even arrays nested hundreds deep), is a
+:class:`ScenarioError` with a one-line-per-problem message, never another exception.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ def _read(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[st
         table = _parse(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:  # the parser recurses per level of nested arrays and tables
+        raise ScenarioError(
+            f"{source}: arrays or tables nested too deeply to read; a scenario nests a few "
+            "levels at most (see docs/scenarios.md)"
+        ) from None
     parent = table.pop("extends", None)
     if parent is not None:
         if not isinstance(parent, str):
@@ -126,10 +133,14 @@ def load_scenario(
     else:
         table, source = _read(name_or_path)
         table.setdefault("name", Path(str(name_or_path)).stem)
-    if overrides:
-        table = deep_merge(table, overrides_to_table(overrides))
-        source += " (with overrides)"
     try:
+        if overrides:
+            table = deep_merge(table, overrides_to_table(overrides))
+            source += " (with overrides)"
         return Scenario.model_validate(table)
     except ValidationError as exc:
         raise ScenarioError(format_validation_error(source, exc)) from None
+    except RecursionError:  # e.g. an override nested thousands of levels deep
+        raise ScenarioError(
+            f"{source}: values nested too deeply to read; a scenario nests a few levels at most"
+        ) from None

@@ -19,6 +19,7 @@ from market.cli.parser import one_line, parse_seeds, parse_specs
 from market.record.replay_cli import run_cli
 from market.record.report import write_episode_page, write_report, write_run_report
 from market.record.report.run_page import files_in
+from market.record.terminal import terminal_text
 from market.record.transcript import TranscriptError
 from market.record.viewer import render_transcript
 from market.run.async_runner import given_llm_flags, llm_options
@@ -371,12 +372,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for name in args.scenarios:
-        try:
+        try:  # names, keys and messages may hold a file's text: controls shown as escapes
             sc = load_scenario(name)
-            print(f"ok: {name} ({sc.labs.count} labs, {sc.rounds} rounds)")
+            print(terminal_text(f"ok: {name} ({sc.labs.count} labs, {sc.rounds} rounds)"))
         except ScenarioError as exc:
             failed += 1
-            print(f"error: {exc}", file=sys.stderr)
+            print(terminal_text(f"error: {exc}"), file=sys.stderr)
     return 2 if failed else 0
 
 
@@ -459,7 +460,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     try:
         render_transcript(args.path, Console(), round=args.round, steps=not args.no_steps)
     except (TranscriptError, ValueError) as exc:
-        print(f"gpumarket show: {exc}", file=sys.stderr)
+        print(terminal_text(f"gpumarket show: {exc}", False), file=sys.stderr)
         return 2
     return 0
 

@@ -31,6 +31,7 @@ from market.core.judge import Verdict
 from market.environment.conduct_log import conduct_reader
 from market.record.reader import Transcript, decode_action, decode_number
 from market.record.schema import RoundSummary, TranscriptError
+from market.record.terminal import terminal_text
 
 
 def reading_of(entries: list[dict[str, Any]]) -> TextReading:
@@ -178,12 +179,16 @@ def print_conduct_rejudge(rj: ConductRejudge) -> None:
             f"manipulation {s['manipulation_attempts']}"
         )
 
-    print(f"conduct rejudge with {rj.judge}: {len(rj.changed)} seat(s) change")
+    # seat names and notes come from the transcript: printed with controls made visible
+    print(
+        terminal_text(f"conduct rejudge with {rj.judge}: {len(rj.changed)} seat(s) change", False)
+    )
     for note in rj.notes:
-        print(f"  note: {note}")
+        print(terminal_text(f"  note: {note}", False))
     for seat in sorted(set(rj.before) | set(rj.after)):
         mark = "* " if seat in rj.changed else "  "
-        print(f"  {mark}{seat}: {fmt(rj.before.get(seat))} -> {fmt(rj.after.get(seat))}")
+        line = f"  {mark}{seat}: {fmt(rj.before.get(seat))} -> {fmt(rj.after.get(seat))}"
+        print(terminal_text(line, False))
 
 
 def recorded_scores(t: Transcript) -> dict[str, dict[str, Any]]:

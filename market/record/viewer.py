@@ -15,7 +15,6 @@ cursor of, or retitle the reader's terminal.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,9 +42,7 @@ from market.record.report import (
     round_components,
     seat_sort_key,
 )
-
-# C0/C1 controls except tab and newline, DEL, and bidi embeddings/overrides/isolates
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+from market.record.terminal import terminal_text
 
 
 def safe_text(value: Any, style: str = "", limit: int | None = None) -> Text:
@@ -53,15 +50,7 @@ def safe_text(value: Any, style: str = "", limit: int | None = None) -> Text:
     text = clean_text(value)
     if limit is not None:
         text = clip(text, limit)
-    return Text(
-        _UNSAFE.sub(
-            lambda m: (
-                f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
-            ),
-            text,
-        ),
-        style=style,
-    )
+    return Text(terminal_text(text), style=style)
 
 
 def _table(

@@ -1,6 +1,11 @@
 """Writing transcripts: records encoded as JSON lines (non-finite numbers as strings, actions as
 recorded), the digest-chained crash-safe :class:`TranscriptWriter`, the :class:`EpisodeRecorder`
 that the runner drives around every ``env.step``, and :func:`rewrite` (re-chain edited records).
+
+A transcript holds every seat's private state and the episode's seed, so every file written here
+(and its ``.tmp`` / ``.new`` siblings) is created with mode 0600, owner only, whatever the umask;
+a seat's spec is recorded with its secrets masked (:func:`agents.specs_redact.redact_spec`), and so
+are agent errors and the footer's error text.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agents.specs_redact import redact_spec, redact_text
 from market.core import judge
 from market.core.actions import ActionParseError, parse_action
 from market.core.seats import DESIGNER
@@ -151,6 +157,32 @@ def _chained(record: dict[str, Any], prev: str) -> tuple[str, bytes]:
     return digest, f'{body[:-1]},"digest":"{digest}"}}\n'.encode("ascii")
 
 
+#: a transcript's file mode: it holds every private value and the seed
+PRIVATE_MODE = 0o600
+
+
+def open_private(path: Path) -> io.RawIOBase:
+    """``path`` truncated (or created) for unbuffered binary writing, mode 0600: created so (no
+    moment where another user could open it), and set so on a file that already existed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, PRIVATE_MODE)
+    try:
+        if hasattr(os, "fchmod"):  # O_CREAT's mode applies only to a new file
+            os.fchmod(fd, PRIVATE_MODE)
+        return open(fd, "wb", buffering=0)  # noqa: SIM115
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_private(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as a transcript is written (mode 0600)."""
+    with open_private(Path(path)) as fh:
+        view = memoryview(data)
+        while view:
+            view = view[fh.write(view) or 0 :]
+
+
 class TranscriptWriter:
     """Appends chained records to a JSONL file, handing every record to the OS as it is written
     (one ``write`` call per line, no buffer in the process; fsync on :meth:`sync`).
@@ -164,10 +196,10 @@ class TranscriptWriter:
         self.sync_interval = sync_interval
         self._synced = time.monotonic()
         try:  # unbuffered: a write is a system call, so nothing waits in the process
-            fh = open(self.path, "wb", buffering=0)  # noqa: SIM115
+            fh = open_private(self.path)
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(self.path, "wb", buffering=0)  # noqa: SIM115
+            fh = open_private(self.path)
         self._fh: io.RawIOBase | None = fh
         self._prev = GENESIS
         self._file_hash = hashlib.sha256()
@@ -242,12 +274,14 @@ def seat_spec(spec: Any, agent: Any) -> dict[str, Any]:
     text = spec if isinstance(spec, str) else str(name)
     is_llm = text.startswith("llm:") or hasattr(agent, "last_exchange")
     model = getattr(agent, "model", None) if is_llm else None
+    shown = redact_spec(text)  # a token in the spec is never written (the file may be shared)
     return {
-        "spec": text,
+        "spec": shown,
         "name": str(name),
         "kind": "llm" if is_llm else "scripted",
         "model": model if isinstance(model, str) else None,
-        "rebuildable": isinstance(spec, str),
+        # a masked spec no longer builds the agent that played
+        "rebuildable": isinstance(spec, str) and shown == text,
     }
 
 
@@ -384,7 +418,7 @@ class EpisodeRecorder:
             if latency is not None:
                 event["latency_s"] = round(latency, 6)
         if agent_error is not None:
-            event["agent_error"] = agent_error[:1000]
+            event["agent_error"] = redact_text(agent_error[:1000])
         self._pending = event
 
     def after_step(self) -> None:
@@ -438,7 +472,7 @@ class EpisodeRecorder:
             "rounds": self._rounds,
         }
         if error is not None:
-            record["error"] = f"{type(error).__name__}: {error}"[:1000]
+            record["error"] = redact_text(f"{type(error).__name__}: {error}"[:1000])
         if result is not None:
             record.update(
                 returns=jsonable(result.returns),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.specs_redact import redact_spec
 from market.run.conduct_table import (
     CONDUCT_HEADERS,
     CONDUCT_KEYS,
@@ -31,7 +32,9 @@ from scenarios import load_scenario
 
 
 def slug(spec: str) -> str:
-    """A folder name for an agent spec: readable, and unique per spec."""
+    """A folder name for an agent spec: readable, and unique per spec (its secrets masked first:
+    a token never names a folder, and a new token for the same agent keeps its folder)."""
+    spec = redact_spec(spec)
     text = re.sub(r"[^A-Za-z0-9_.=-]+", "_", spec).strip("_")[:48] or "agent"
     if text == spec:
         return text

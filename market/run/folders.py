@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.registry import AgentSpecError, make_agent
+from agents.specs_redact import redact_spec
 from market.core.seats import DESIGNER
 from market.record.replay import first_difference
 from market.run.jobs import EpisodeJob, EpisodeLines, RunConfigError, episode_lines, json_line
@@ -38,11 +39,18 @@ TRANSCRIPTS = "transcripts"
 NOT_CONFIG = RUN_ONLY_KEYS
 
 
+def shown_seats(seats: Mapping[str, str]) -> dict[str, str]:
+    """Seat -> spec with secrets masked (``token=***``): what a run folder's files hold."""
+    return {seat: redact_spec(spec) for seat, spec in seats.items()}
+
+
 def config_hash(scenario: Scenario, seats: Mapping[str, str]) -> str:
-    """A hash of everything an episode's rows depend on besides the seed."""
+    """A hash of everything an episode's rows depend on besides the seed. Specs are hashed with
+    their secrets masked: a new token for the same agent service is the same run (and the
+    hash, which rows and the manifest carry, is no test for guessing the token)."""
     payload = {
         "scenario": scenario.model_dump(mode="json", exclude=NOT_CONFIG),
-        "seats": dict(sorted(seats.items())),
+        "seats": dict(sorted(shown_seats(seats).items())),
     }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -111,7 +119,7 @@ class RunFolder:
             "config_hash": self.config,
             "scenario_name": self.scenario.name,
             "scenario_digest": scenario_digest(self.scenario),
-            "seats": self.seats,
+            "seats": shown_seats(self.seats),
             "scenario": self.scenario.model_dump(mode="json"),
             "package_version": __version__,
         }

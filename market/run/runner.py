@@ -52,6 +52,7 @@ from rich.progress import (
 )
 
 from market.core.seats import seat_order
+from market.record.writer import write_private
 from market.run.async_runner import is_llm_spec, run_jobs_async
 from market.run.folders import RunFolder, open_folder, read_results
 from market.run.jobs import (
@@ -202,7 +203,7 @@ def _run_ray(
             if blob is not None:
                 path = transcript_path(job[3], job[1])
                 tmp = path.with_name(path.name + ".part")
-                tmp.write_bytes(zlib.decompress(blob))
+                write_private(tmp, zlib.decompress(blob))  # mode 0600, as every transcript
                 tmp.replace(path)
             finished(index, outcome)
     except RayBackendError as exc:

@@ -11,17 +11,22 @@ Two routes join the served-matches app (:func:`live_router`):
   and plots). The stream ends with one ``end`` event when the match is no longer running.
 
 The rule of what a spectator sees: exactly what the spectator endpoint shows, plus each step's
-action without its free-text ``reasoning`` (and a private message without its text), its reward, and
-each closed round's summary. Bids are sealed while the match runs: a bid's amounts, and a closed
-round's ``bids``, are shown only for rounds whose mechanism had ``reveal_competing_bids`` on (what
-the seats themselves were shown); the rest appear once the match has ended, as in the report. The
-conduct judge's entries are shown as they come (what each seat claimed and promised, and the
-manipulation flags, which rest on public facts), but a claim's or promise's verdict is sealed
-like bids until the match has ended: its label and ``reason`` derive from the seat's private
-truth ("budget 9999 claimed; budget 148.59") or from sealed bids ("not_bid broken"), and so do
-the per-seat scores (``conduct`` is empty until the end); a private message's claims show
-neither span nor value, ever. Never a seat's observation, prompt, model output or step result, never the seed, seat seeds
-or digests (from which private state could be redrawn).
+action without its free-text ``reasoning`` (and a private message without its text), its reward,
+and each closed round's summary. A refused action shows as refused, never why: the reason the
+market gave ("your bids add up to 99999.00 credits but you have 254.86") states the seat's private
+budget, holdings or jobs, so spectators read "bidder_0's action was refused" (:data:`REFUSED`),
+ever, and an agent's failure reads "bidder_0 timed out" or "bidder_0's agent failed"
+(:func:`public_error`) without the exception's text; the seat itself reads the reason where it
+always did. Bids are sealed while the match runs: a bid's amounts, and a closed round's ``bids``,
+are shown only for rounds whose mechanism had ``reveal_competing_bids`` on (what the seats
+themselves were shown); the rest appear once the match has ended, as in the report. The conduct
+judge's entries are shown as they come (what each seat claimed and promised, and the manipulation
+flags, which rest on public facts), but a claim's or promise's verdict is sealed like bids until
+the match has ended: its label and ``reason`` derive from the seat's private truth ("budget 9999
+claimed; budget 148.59") or from sealed bids ("not_bid broken"), and so do the per-seat scores
+(``conduct`` is empty until the end); a private message's claims show neither span nor value, ever.
+Never a seat's observation, prompt, model output or step result, never the seed, seat seeds or
+digests (from which private state could be redrawn).
 
 Everything user- or model-written is escaped server-side by the report's HTML builder; the page's
 script writes text with ``textContent`` and inserts only that escaped HTML, parsed by
@@ -62,6 +67,18 @@ KEEPALIVE_S = 15.0
 
 #: what a spectator sees instead of a bid's amounts while they are sealed
 SEALED = "(sealed)"
+#: what a spectator sees of a refused action (the reason states the seat's private state)
+REFUSED = "{seat}'s action was refused"
+
+
+def public_error(seat: str, agent_error: str | None) -> str | None:
+    """An agent's failure as a spectator sees it: timed out or failed, never the exception's text
+    (a service's answer or an agent's message may quote anything the seat holds)."""
+    if not agent_error:
+        return None
+    if agent_error.startswith("AgentTimeout"):
+        return f"{seat} timed out; its fallback action was played"
+    return f"{seat}'s agent failed; its fallback action was played"
 
 
 def public_conduct(
@@ -85,8 +102,9 @@ def public_conduct(
 
 
 def public_event(ev: Event, revealed: bool = True, reasons: bool = True) -> Event:
-    """A step as a spectator sees it: the action without ``reasoning``, no result, no LLM data;
-    a bid's amounts only when ``revealed``; its conduct entries by :func:`public_conduct`."""
+    """A step as a spectator sees it: the action without ``reasoning``, no result, no LLM data,
+    a refusal or agent failure without its reason; a bid's amounts only when ``revealed``; its
+    conduct entries by :func:`public_conduct`."""
     action = ev.action
     private = False
     if isinstance(action, Mapping):
@@ -102,11 +120,11 @@ def public_event(ev: Event, revealed: bool = True, reasons: bool = True) -> Even
         seat=ev.seat,
         phase=ev.phase,
         action=action,
-        error=ev.error,
+        error=REFUSED.format(seat=ev.seat) if ev.error else None,
         reward=ev.reward,
         components=ev.components,
         live=ev.live,
-        agent_error=ev.agent_error,
+        agent_error=public_error(ev.seat, ev.agent_error),
         conduct=public_conduct(ev.conduct, reasons, private),
     )
 

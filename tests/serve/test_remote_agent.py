@@ -24,9 +24,10 @@ from market.run.rollout import arun_episode, run_episode, run_many
 def agent_service(spec: str, cwd: Path, token: str | None = None) -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-m", "market", "serve", "--agent", spec, "--port", str(port)]
-    if token:
-        cmd += ["--token", token]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GPUMARKET_AGENT_TOKEN", None)
+    if token:  # never in argv: the environment variable (or --token-file)
+        env["GPUMARKET_AGENT_TOKEN"] = token
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -87,6 +88,9 @@ def test_bad_remote_specs_say_what_is_wrong(spec: str) -> None:
         (["serve", "--port", "0"], "--port 0"),
         (["serve", "--agent", "no_such_agent"], "unknown agent 'no_such_agent'"),
         (["serve", "--keep", "0"], "--keep"),
+        (["serve", "--agent", "truthful", "--token", "T"], "--token-file PATH"),
+        (["serve", "--agent", "truthful", "--token-file", "/nonexistent/t"], "cannot read it"),
+        (["serve", "--token-file", "/nonexistent/t"], "is for an agent service"),
     ],
 )
 def test_serve_refuses_bad_options_in_one_line(

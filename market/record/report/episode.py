@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from agents.specs_redact import redact_spec
 from market.record.reader import NON_FINITE, Transcript, decode_number, read_transcript
 from market.record.report.markup import clean_text
 from market.record.schema import RoundSummary, StepEvent, TranscriptError
@@ -176,15 +177,16 @@ def seat_sort_key(seat: str) -> tuple[int, str, int]:
 
 
 def _describe_spec(spec: Any) -> str:
-    """A seat's agent as shown: a header's seat spec (spec and model), or a spec string."""
+    """A seat's agent as shown: a header's seat spec (spec and model), or a spec string; a
+    secret in it (a file recorded before specs were masked) shown as ``***``."""
     if isinstance(spec, Mapping):
         name = first_of(spec, "spec", "name")
         model = spec.get("model")
-        text = clean_text(name) if name is not None else ""
+        text = redact_spec(clean_text(name)) if name is not None else ""
         if model and clean_text(model) not in text:
             text = f"{text} ({clean_text(model)})" if text else clean_text(model)
         return text
-    return "" if spec is None else clean_text(spec)
+    return "" if spec is None else redact_spec(clean_text(spec))
 
 
 def first_of(d: Any, *keys: str, default: Any = None) -> Any:

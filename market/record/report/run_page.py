@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.specs_redact import redact_spec
 from market.record.report.episode import episode_from, seat_sort_key
 from market.record.report.markup import Safe, clip, fmt, h, html_table, join
 from market.record.report.page import CSS, build_report, content_security_policy, health_box
@@ -108,7 +109,7 @@ def episode_rows(rows: Sequence[Mapping[str, Any]]) -> list[EpisodeRow]:
                 _num(row.get("welfare_ratio")),
             )
         seat = str(row.get("seat", "?"))
-        ep.seats[seat] = str(row.get("agent", ""))
+        ep.seats[seat] = redact_spec(str(row.get("agent", "")))  # rows of older runs too
         ep.returns[seat] = _num(row.get("return"))
         ep.fallbacks += _int(row.get("fallbacks"))
         ep.agent_errors += _int(row.get("agent_errors"))
@@ -209,7 +210,7 @@ def _aggregate(rows: Sequence[Mapping[str, Any]], episodes: Sequence[EpisodeRow]
     table, bars = [], []
     for seat in seats:
         seat_rows = by_seat[seat]
-        agents = sorted({str(r.get("agent", "")) for r in seat_rows} - {""})
+        agents = sorted({redact_spec(str(r.get("agent", ""))) for r in seat_rows} - {""})
         ret_m, ret_c = mean_ci95([_num(r.get("return")) for r in seat_rows])
         bars.append((seat, ret_m, ret_c))
         columns: list[list[float]] = [[] for _ in names]  # one pass over the rows for all
@@ -269,7 +270,7 @@ def _conduct_by_agent(rows: Sequence[Mapping[str, Any]]) -> Safe:
     scores: dict[str, list[Mapping[str, Any] | None]] = defaultdict(list)
     for row in rows:
         conduct = row.get("conduct")
-        agent = str(row.get("agent") or row.get("seat") or "?")
+        agent = redact_spec(str(row.get("agent") or row.get("seat") or "?"))
         scores[agent].append(conduct if isinstance(conduct, Mapping) else None)
     table = [
         [clip(agent, 120), str(len(scores[agent])), *conduct_cells(summarize(scores[agent]))]
