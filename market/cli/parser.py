@@ -403,8 +403,17 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--update",
         action="store_true",
-        help="re-record each file afresh (same seed and seats; current built-in "
-        "scenario), then verify it",
+        help="re-record each file afresh (same seed; current built-in scenario), then verify "
+        "it; seats play the file's specs only where they are built-in agents: name any other "
+        "with --seat (a transcript never runs code)",
+    )
+    replay.add_argument(
+        "--seat",
+        type=parse_seat,
+        action="append",
+        default=[],
+        metavar="SEAT=AGENT",
+        help="with --update: the agent that plays SEAT in the re-recording (repeatable)",
     )
     replay.add_argument(
         "--rejudge",

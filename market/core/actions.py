@@ -31,6 +31,7 @@ from market.core.mechanisms import (
     CoalitionPolicy,
     Mechanism,
 )
+from market.core.trust import lone_surrogate
 
 OfferSide = Literal["sell", "buy"]  # what the sender of an offer does
 CoalitionSplit = Literal["proportional", "equal"]  # how a coalition shares its blocks
@@ -549,6 +550,12 @@ def parse_action(raw: object, designer: bool = False) -> _Action:
     if not isinstance(raw, dict):
         raise ActionParseError(
             f'an action must be a JSON object, got {type(raw).__name__}; e.g. {{"action_type": "wait"}}'
+        )
+    where = lone_surrogate(raw)
+    if where is not None:
+        raise ActionParseError(
+            f"{where} holds a lone UTF-16 surrogate (e.g. \\ud800 without its pair), which is "
+            "not text; send valid Unicode"
         )
     if (
         designer

@@ -309,3 +309,26 @@ def parse_transcript(
 def records_of(t: Transcript) -> list[dict[str, Any]]:
     """The records as plain dicts (no ``prev``/``digest``), e.g. to edit and :func:`rewrite`."""
     return [r.model_dump(mode="json", exclude={"prev", "digest"}) for _, r in t.records]
+
+
+def read_progress(path: Path) -> dict[str, Any]:
+    """Steps, round and phase so far of a transcript being written, read from its last step
+    record (the last 64 KiB of the file; a live match's progress without reading it whole)."""
+    out: dict[str, Any] = {"steps": 0, "round": 0, "phase": None}
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 65536))
+            lines = fh.read().splitlines()
+    except OSError:
+        return out
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("type") == "step":
+            out.update(steps=int(rec["i"]) + 1, round=rec.get("round"), phase=rec.get("phase"))
+            break
+    return out

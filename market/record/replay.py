@@ -19,7 +19,7 @@ import hashlib
 import importlib
 import inspect
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agents.llm.judge import make_judge
+from agents.registry import AgentSpecError
+from agents.spec_policy import SpecPolicy
 from market.core import settlement
 from market.core.judge import JudgeHistory
 from market.core.seats import bidder_seat
@@ -353,21 +355,52 @@ def replay(
 # ---------------------------------------------------------------------------------------------
 # re-recording (golden files) and re-judging
 # ---------------------------------------------------------------------------------------------
-def rerecord(path: str | Path, out: str | Path | None = None) -> tuple[Path, Any]:
-    """Record the transcript's episode afresh (same seed and seat specs) over ``out`` (default: in
-    place). A built-in scenario is taken from the current built-in file, so ``replay --update``
-    also picks up deliberate scenario changes; other scenarios from the recorded header.
-    Returns (path, EpisodeResult)."""
+def rerecord(
+    path: str | Path,
+    out: str | Path | None = None,
+    seats: Mapping[str, str] | None = None,
+) -> tuple[Path, Any]:
+    """Record the transcript's episode afresh (same seed) over ``out`` (default: in place). A
+    built-in scenario is taken from the current built-in file, so ``replay --update`` also picks
+    up deliberate scenario changes; other scenarios from the recorded header.
+
+    A transcript is data, not code: the agents are the ones the user names in ``seats`` (seat ->
+    spec). A seat not named there is rebuilt from its recorded spec only when that spec is a
+    built-in agent that loads no code, file or URL (:class:`agents.spec_policy.SpecPolicy`'s
+    default); any other recorded spec (``py:``, plug-ins, ``torch_policy``, ``remote``, LLM
+    seats) is refused with the flag that names it. Returns (path, EpisodeResult)."""
     path = Path(path)
     t = read_transcript(path, verify=False)
     h = t.header
-    bad = [s for s, spec in h.seats.items() if not spec.rebuildable]
+    given = dict(seats or {})
+    unknown = sorted(set(given) - set(h.seats))
+    if unknown:
+        raise TranscriptError(
+            f"{path}: --seat names {', '.join(unknown)}, not seats of this episode "
+            f"({', '.join(h.seats)})"
+        )
+    bad = [s for s, spec in h.seats.items() if s not in given and not spec.rebuildable]
     if bad:
         raise TranscriptError(
-            f"{path}: seats {', '.join(bad)} were agent objects, not spec strings: "
-            "they cannot be rebuilt to re-record this episode"
+            f"{path}: seats {', '.join(bad)} have no spec to rebuild (agent objects, or specs "
+            "recorded with their secrets masked): name their agents with --seat SEAT=SPEC to "
+            "re-record this episode"
         )
-    if any(spec.kind == "llm" for spec in h.seats.values()):
+    specs: dict[str, str] = {}
+    for seat, recorded in h.seats.items():
+        if seat in given:
+            specs[seat] = given[seat]
+            continue
+        try:
+            SpecPolicy().check(recorded.spec)
+        except AgentSpecError:
+            raise TranscriptError(
+                f"{path}: seat {seat} was recorded as {recorded.spec!r}, which is not "
+                "a built-in agent; the specs in a file are never run: name its agent with "
+                f"--seat {seat}=SPEC to re-record this episode"
+            ) from None
+        specs[seat] = recorded.spec
+    if any(spec.startswith("llm:") for spec in specs.values()):
         raise TranscriptError(
             f"{path}: has LLM seats; re-recording would query the models again "
             "(record it with 'gpumarket run' instead)"
@@ -375,13 +408,18 @@ def rerecord(path: str | Path, out: str | Path | None = None) -> tuple[Path, Any
     scenario = (
         load_scenario(h.scenario_name) if h.scenario_name in builtin_names() else scenario_of(t)
     )
+    if not str(scenario.judge).startswith("rule") or scenario.conduct_judge != "rule":
+        raise TranscriptError(
+            f"{path}: its scenario has an LLM judge; re-recording would query the model again "
+            "(record it with 'gpumarket run' instead)"
+        )
     target = Path(out) if out is not None else path
     tmp = target.with_name(target.name + ".new.jsonl")
     try:
         result = run_episode(
             scenario,
             h.seed,
-            {s: spec.spec for s, spec in h.seats.items()},
+            specs,
             transcript=tmp,
             digest_every=h.digest_every,
         )

@@ -1,5 +1,9 @@
 """The ``gpumarket replay`` command: replay (or re-record, or re-judge) transcript files and print
-the verdict, the rounds and the re-judging comparison as terminal tables."""
+the verdict, the rounds and the re-judging comparison as terminal tables.
+
+A transcript is untrusted text: every line printed from it (a scenario name, a seat, a note, an
+error) goes through :func:`market.record.terminal.terminal_text`, so an escape sequence in a file
+shows as ``\\x1b[2J`` and never reaches the terminal as a control character."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from market.record.replay import (
     transcript_files,
 )
 from market.record.schema import TranscriptError
+from market.record.terminal import terminal_text
 
 
 def run_cli(args: Any) -> int:
@@ -29,13 +34,19 @@ def run_cli(args: Any) -> int:
         where = ", ".join(map(str, args.files))
         print(f"gpumarket replay: no *.jsonl transcripts in {where}", file=sys.stderr)
         return 2
+    if args.seat and not args.update:
+        print(
+            "gpumarket replay: --seat names the agents of a re-recording; add --update",
+            file=sys.stderr,
+        )
+        return 2
     status = 0
     for path in files:
         rj: RejudgeReport | None = None
         try:
             if args.update:
-                target, result = rerecord(path)
-                print(f"re-recorded {target}: {result.steps} steps")
+                target, result = rerecord(path, seats=dict(args.seat))
+                print(terminal_text(f"re-recorded {target}: {result.steps} steps", False))
             t = read_transcript(path, verify=not args.ignore_digests)
             if args.rejudge:
                 rj = rejudge(t, args.rejudge, partial=args.partial)
@@ -43,15 +54,15 @@ def run_cli(args: Any) -> int:
             else:
                 report = replay(t, partial=args.partial)
         except TranscriptError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(terminal_text(f"error: {exc}", False), file=sys.stderr)
             status = max(status, 2)
             continue
         for note in report.notes:
-            print(f"note: {note}")
+            print(terminal_text(f"note: {note}", False))
         drift = builtin_drift(t)
         if drift:
-            print(f"note: {drift}")
-        print(report.describe())
+            print(terminal_text(f"note: {drift}", False))
+        print(terminal_text(report.describe(), False))
         if args.rounds:
             print_rounds(report.round_log)
         if rj is not None:
@@ -105,12 +116,13 @@ def print_rejudge(rj: RejudgeReport) -> None:
     )
     for r in rj.rounds:
         if "error" in r:
-            print(f"  round {r['round']}: the judge failed: {r['error']}")
+            print(terminal_text(f"  round {r['round']}: the judge failed: {r['error']}", False))
             continue
         for v in r["verdicts"]:
             (s0, s1), (g0, g1) = v["score"], v["granted"]
             mark = "  " if g0 == g1 else "* "
-            print(
+            line = (
                 f"  {mark}round {r['round']} {v['lab']}: score {fmt(s0)} -> {fmt(s1)}, "
                 f"granted {g0} -> {g1}"
             )
+            print(terminal_text(line, False))

@@ -220,7 +220,7 @@ def test_llm_seats_replay_from_recorded_outputs(
     assert report.ok, report.describe()
     assert TinyLLM.calls == 0  # no agent (no model) is called on replay
     assert cli(["replay", str(path)]) == 0 and TinyLLM.calls == 0
-    with pytest.raises(TranscriptError, match="agent objects"):
+    with pytest.raises(TranscriptError, match="agent objects, or specs"):
         rerecord(path)
 
 
