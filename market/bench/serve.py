@@ -134,6 +134,7 @@ def load_test(
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "market", "serve", "--port", str(port), "--out", tmp]
+        cmd += ["--max-matches-per-client", "0"]  # every session comes from this one address
         proc = subprocess.Popen(
             cmd, cwd=tmp, env={**os.environ, "PYTHONPATH": path}, stderr=subprocess.DEVNULL
         )

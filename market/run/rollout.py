@@ -16,7 +16,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,18 @@ from typing import Any
 from agents.llm.backends.base import RequestLimiter
 from agents.llm.backends.pool import Budget, ClientPool
 from agents.registry import make_agent
+from agents.specs_redact import redact_spec
 from market.core.actions import ActionModel, Bid, Wait
 from market.core.seats import DESIGNER, bidder_seat
 from market.environment.aec import raw_env
 from market.record.transcript import EpisodeRecorder
-from market.run.deadlines import AgentTimeout, Deadline, resolve_timeout, with_agent_timeout
+from market.run.deadlines import (
+    AgentTimeout,
+    Deadline,
+    resolve_timeout,
+    with_agent_timeout,
+)
+from market.run.offload import run_offloaded
 from scenarios import load_scenario
 from scenarios.schema import Scenario
 
@@ -87,7 +94,11 @@ def resolve_seats(scenario: Scenario, seats: Mapping[str, Any] | None) -> dict[s
 
 
 def _spec_name(agent: Any) -> str:
-    return agent if isinstance(agent, str) else getattr(agent, "name", type(agent).__name__)
+    """A seat's agent as results and tables show it: a spec with its secrets masked
+    (``token=***``), or an agent object's name."""
+    if isinstance(agent, str):
+        return redact_spec(agent)
+    return getattr(agent, "name", type(agent).__name__)
 
 
 def fallback_action(obs: Any) -> ActionModel:
@@ -352,6 +363,7 @@ async def arun_episode(
     transcript: str | Path | None = None,
     digest_every: int = 1,
     budget: Budget | None = None,
+    executor: Executor | None = None,
 ) -> EpisodeResult:
     """Play one episode with ``aact``, so many episodes with LLM seats can run concurrently.
 
@@ -363,7 +375,28 @@ async def arun_episode(
     runs its ``act`` on a worker thread, so a blocking agent cannot stall the other episodes.
     ``transcript`` and ``digest_every`` as in :func:`run_episode` (a cancelled task leaves an
     ``aborted`` footer).
+
+    ``executor``: build the env and play every step (with its recording) and every agent without
+    its own ``aact`` on this executor's threads, never on the event loop, so that the loop stays
+    free for other work (a server's requests) however heavy the episode; only agents with their
+    own ``aact`` (remote seats, LLM seats) are awaited on the loop. The episode is the same, step
+    for step. A cancelled episode stops after the step in progress, then writes its footer.
     """
+    if executor is not None:
+        offloaded: EpisodeResult = await run_offloaded(
+            executor,
+            lambda: Episode(
+                raw_env(scenario),
+                seed,
+                seats,
+                transcript,
+                digest_every,
+                limiter,
+                budget,
+                agent_timeout,
+            ),
+        )
+        return offloaded
     episode = Episode(
         raw_env(scenario), seed, seats, transcript, digest_every, limiter, budget, agent_timeout
     )

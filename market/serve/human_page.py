@@ -281,7 +281,7 @@ SCRIPT = r"""
         return;
       }
       if (v.status === "done") { text("status", "the match is over; your return: " + v["return"]); return; }
-      if (v.status === "aborted") { text("status", "the match was stopped"); return; }
+      if (v.status === "aborted") { text("status", "the match was stopped" + (v.error ? " (" + v.error + ")" : "")); return; }
       text("status", "waiting for the other seats (your next turn: " + v.turn + ")");
     }
   }

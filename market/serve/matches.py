@@ -17,32 +17,51 @@ The rules of a remote seat's turn:
   seat's ``stats`` and the transcript step's ``agent_error``;
 - a client that drops and comes back with the same token resumes at the current turn.
 
-The episode itself is :func:`market.run.rollout.arun_episode` on the server's event loop, so the
-transcript is the runner's: the same format, replayable with ``gpumarket replay``, and ended with
-the ``aborted`` footer when the match is cancelled (the server shutting down).
+The episode itself is :func:`market.run.rollout.arun_episode`, so the transcript is the runner's:
+the same format, replayable with ``gpumarket replay``, and ended with the ``aborted`` footer when
+the match is cancelled (its creator cancels it, it runs past the server's limits, or the server
+shuts down). Its env steps, their recording and the server's own scripted agents run on the
+registry's worker threads, never on the event loop: a heavy match does not stall other clients'
+requests; only the remote seats' waits (and agents with their own ``aact``) live on the loop.
+
+Secrets: the episode seed is the creator's, or 128 bits from the operating system when none is
+given; it is shown to nobody but the transcript's reader (the creator). A remote seat's
+``seat_seed`` is a keyed BLAKE2b of the seat seed a local run would use, under a per-match key
+(:func:`secrets.token_bytes`) that never leaves the server, so it tells nothing about the episode
+seed, even a small one (a local run's seat seeds could be matched against every small seed).
+
+Limits (each a :class:`MatchRegistry` argument and a ``gpumarket serve`` flag): matches running
+at once, in all and per client address; a match's wall time; and how long its remote seats may
+all stay silent (no request with their tokens) before it is ended. Nothing survives a restart:
+matches live in the server's memory, and stopping the server ends each running one with the
+``aborted`` footer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
+import hashlib
+import heapq
 import math
 import secrets
 import time
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agents.base import BaseAgent
 from agents.llm.prompts import legal_action_schema
-from agents.registry import AgentSpecError, make_agent, parse_spec, registered
+from agents.registry import AgentSpecError, make_agent
+from agents.spec_policy import SpecPolicy
+from agents.specs_redact import redact_spec
 from market.core.actions import ActionModel, ActionParseError, parse_action
 from market.core.ledger import ActionError
 from market.core.phases import check_turn
 from market.core.seats import DESIGNER
 from market.environment import Observation
+from market.record.reader import read_progress
 from market.run.deadlines import AgentTimeout
 from market.run.rollout import EpisodeResult, arun_episode, resolve_seats
 from scenarios import builtin_names, load_scenario
@@ -52,6 +71,17 @@ from scenarios.schema import Scenario
 REMOTE = "remote"
 #: the most a client may wait for its turn in one request (seconds)
 MAX_WAIT_S = 30.0
+#: a seed drawn by the server when the creator gives none: this many bits from the OS
+SEED_BITS = 128
+#: defaults of ``gpumarket serve``'s limits (docs/remote-agents.md names them)
+MAX_MATCHES = 1000  # running at once, all clients together (--max-matches)
+MAX_MATCHES_PER_CLIENT = 64  # running at once per client address (--max-matches-per-client)
+MAX_MATCH_S = 6 * 3600.0  # a match's wall time (--max-match-time)
+IDLE_S = 900.0  # every remote seat silent this long ends the match (--idle-timeout)
+MAX_ENDED = 10_000  # ended matches kept reachable; the oldest are forgotten first
+EXPIRE_EVERY_S = 0.5  # ended matches are looked for at most this often (besides at creation)
+#: threads that play the matches' env steps and server-run agents (all matches share them)
+MATCH_WORKERS = 4
 
 
 class MatchError(Exception):
@@ -71,6 +101,7 @@ class PendingTurn:
     observation: Observation
     deadline_at: float  # time.monotonic() after which the seat falls back
     answer: asyncio.Future[ActionModel]
+    view: dict[str, Any]  # the turn's part of the seat's view, drawn once off the event loop
 
 
 class RemoteSeat(BaseAgent):
@@ -82,11 +113,12 @@ class RemoteSeat(BaseAgent):
     name = REMOTE
     roles = frozenset({"bidder", "designer"})
 
-    def __init__(self, seat: str, turn_deadline: float) -> None:
+    def __init__(self, seat: str, turn_deadline: float, seed_key: bytes) -> None:
         super().__init__()
         self.seat = seat
         self.turn_deadline = turn_deadline
-        self.seat_seed: int | None = None
+        self._seed_key = seed_key  # the match's secret: never shown, never written
+        self.seat_seed: int | None = None  # the seed the client is shown (shown_seat_seed)
         self.turns = 0  # decisions asked so far; the next turn's number
         self.pending: PendingTurn | None = None
         self.changed = asyncio.Event()  # set whenever a turn starts or the match ends
@@ -95,7 +127,7 @@ class RemoteSeat(BaseAgent):
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
-        self.seat_seed = seed
+        self.seat_seed = None if seed is None else shown_seat_seed(seed, self._seed_key)
 
     def act(self, observation: Observation) -> ActionModel:
         raise RuntimeError("a remote seat plays only in a served match (it has no act)")
@@ -106,7 +138,12 @@ class RemoteSeat(BaseAgent):
         self.turns += 1
         self.stats["decisions"] += 1
         answer: asyncio.Future[ActionModel] = loop.create_future()
-        self.pending = PendingTurn(turn, observation, time.monotonic() + self.turn_deadline, answer)
+        # the env is idle while this seat is asked: its observation is drawn on a thread once,
+        # not on the loop at every poll (a large market's prompt takes milliseconds)
+        view = await asyncio.to_thread(turn_view, observation, self.seat == DESIGNER)
+        self.pending = PendingTurn(
+            turn, observation, time.monotonic() + self.turn_deadline, answer, view
+        )
         self.wake()
         try:
             action = await asyncio.wait_for(answer, self.turn_deadline)
@@ -127,43 +164,56 @@ class RemoteSeat(BaseAgent):
         self.changed = asyncio.Event()
 
 
+def turn_view(obs: Observation, designer: bool) -> dict[str, Any]:
+    """What a seat's view adds on its turn: its observation, prompt and legal actions."""
+    return {
+        "observation": obs.model_dump(mode="json"),
+        "prompt": obs.to_prompt(),
+        "legal_actions": list(obs.legal_actions),
+        "legal_action_schema": legal_action_schema(obs.legal_actions, designer),
+    }
+
+
+def shown_seat_seed(seat_seed: int, key: bytes) -> int:
+    """The ``seat_seed`` a remote seat is shown: a keyed BLAKE2b of the seat seed a local run
+    gives it, under the match's secret ``key``, in the same 32-bit range. Without the key it
+    cannot be matched against the seat seeds of candidate episode seeds, so it reveals nothing
+    of the episode seed."""
+    digest = hashlib.blake2b(
+        seat_seed.to_bytes(16, "big"), key=key, digest_size=4, person=b"gpumarket-seat"
+    ).digest()
+    return int.from_bytes(digest, "big")
+
+
 @dataclass
 class MatchConfig:
-    """What a match is created from (checked by :func:`check_lineup`)."""
+    """What a match is created from (checked by :func:`check_lineup`); ``seed`` None: the server
+    draws one (:data:`SEED_BITS` bits from the OS)."""
 
     scenario: str
-    seed: int
+    seed: int | None = None
     seats: dict[str, str] = field(default_factory=dict)  # seat -> spec or "remote"
     turn_deadline: float = 30.0
     digest_every: int = 1
 
 
-@functools.cache
-def seatable(role: str) -> frozenset[str]:
-    """The agent names an open server seats in a ``role`` seat (the registry's and plug-ins',
-    read once: listing plug-ins scans every installed distribution)."""
-    return frozenset(registered(role))
-
-
-def check_spec(spec: str, role: str, allow_any: bool) -> None:
-    """Refuse a server-run spec that is not a registered agent name (unless ``allow_any``): a
-    ``py:`` spec imports code and an ``llm:`` or ``remote?url=`` spec makes the server call out,
-    so an open server only seats its own registered agents."""
+def check_spec(spec: str, role: str, policy: SpecPolicy) -> None:
+    """Refuse a server-run spec named by a client unless ``policy`` allows it (read from the
+    spec's text, before anything is imported or called: :mod:`agents.spec_policy`), then build
+    it once so that a bad spec is this request's error."""
     if spec == REMOTE:
         return
-    name, _ = parse_spec(spec)
-    if not allow_any and name not in seatable(role):
-        raise MatchError(
-            422,
-            f"seat spec {spec!r}: this server seats only 'remote' or a registered {role} agent "
-            f"({', '.join(sorted(seatable(role)))}); start it with --allow-any-spec to allow "
-            "others",
-        )
+    policy.check(spec, role)
     make_agent(spec, role)  # raises AgentSpecError with the reason
 
 
-def check_lineup(config: MatchConfig, allow_any: bool = False) -> tuple[Scenario, dict[str, Any]]:
-    """(scenario, seat -> spec) for ``config``, or :class:`MatchError` (422) saying what is wrong."""
+def check_lineup(
+    config: MatchConfig, policy: SpecPolicy | None = None
+) -> tuple[Scenario, dict[str, Any]]:
+    """(scenario, seat -> spec) for ``config``, or :class:`MatchError` (422) saying what is wrong.
+    The client's seats are checked against ``policy`` (default: built-in agents only); the
+    scenario's own default seats come from the server's built-in file."""
+    policy = policy or SpecPolicy()
     if config.scenario not in builtin_names():
         raise MatchError(
             422,
@@ -172,11 +222,15 @@ def check_lineup(config: MatchConfig, allow_any: bool = False) -> tuple[Scenario
         )
     if not math.isfinite(config.turn_deadline) or not 0 < config.turn_deadline <= 3600:
         raise MatchError(422, "turn_deadline must be seconds in (0, 3600]")
-    sc = load_scenario(config.scenario)
     try:
+        for seat, spec in config.seats.items():
+            if isinstance(spec, str):
+                check_spec(spec, "designer" if seat == DESIGNER else "bidder", policy)
+        sc = load_scenario(config.scenario)
         specs = resolve_seats(sc, config.seats)
         for seat, spec in specs.items():
-            check_spec(spec, "designer" if seat == DESIGNER else "bidder", allow_any)
+            if seat not in config.seats:
+                make_agent(spec, "designer" if seat == DESIGNER else "bidder")
     except (AgentSpecError, ValueError) as exc:
         raise MatchError(422, str(exc).splitlines()[0][:500]) from None
     if REMOTE not in specs.values():
@@ -193,13 +247,21 @@ class Match:
         match_id: str,
         config: MatchConfig,
         transcript_dir: Path,
-        allow_any_spec: bool = False,
+        policy: SpecPolicy | None = None,
+        *,
+        client: str = "",
+        executor: Executor | None = None,
+        lineup: tuple[Scenario, dict[str, Any]] | None = None,
     ) -> None:
         self.id = match_id
         self.config = config
-        self.scenario, specs = check_lineup(config, allow_any_spec)
+        self.client = client  # the creator's address: per-client limits count by it
+        self.executor = executor  # where the env and the server's agents run (None: the loop)
+        self.seed = config.seed if config.seed is not None else secrets.randbits(SEED_BITS)
+        self.scenario, specs = lineup if lineup is not None else check_lineup(config, policy)
+        seed_key = secrets.token_bytes(32)  # keys the seat seeds shown: never leaves the server
         self.remote = {
-            seat: RemoteSeat(seat, config.turn_deadline)
+            seat: RemoteSeat(seat, config.turn_deadline, seed_key)
             for seat, spec in specs.items()
             if spec == REMOTE
         }
@@ -213,6 +275,7 @@ class Match:
         self.error: str | None = None
         self.created = time.time()
         self.ended: float | None = None
+        self.stop_reason: str | None = None  # why cancel() stopped it; None: the server stopped
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -225,11 +288,12 @@ class Match:
         self.task = asyncio.create_task(
             arun_episode(
                 sc,
-                self.config.seed,
+                self.seed,
                 self.lineup,
                 agent_timeout=agent_timeout,
                 transcript=self.transcript,
                 digest_every=self.config.digest_every,
+                executor=self.executor,
             )
         )
         self.task.add_done_callback(self._ended)
@@ -237,7 +301,7 @@ class Match:
     def _ended(self, task: asyncio.Task[EpisodeResult]) -> None:
         self.ended = time.time()
         if task.cancelled():
-            self.error = "cancelled (the server stopped)"
+            self.error = self.stop_reason or "cancelled (the server stopped)"
         elif task.exception() is not None:
             exc = task.exception()
             self.error = f"{type(exc).__name__}: {exc}"[:500]
@@ -246,9 +310,11 @@ class Match:
         for seat in self.remote.values():
             seat.wake()
 
-    async def cancel(self) -> None:
-        """Stop the episode; its transcript ends with the ``aborted`` footer."""
+    async def cancel(self, reason: str | None = None) -> None:
+        """Stop the episode (``reason``: what its ``error`` will say); its transcript ends with
+        the ``aborted`` footer."""
         if self.task is not None and not self.task.done():
+            self.stop_reason = self.stop_reason or reason
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task  # the cancellation (or the episode's own error) ends it
@@ -260,6 +326,11 @@ class Match:
         if self.error is not None:
             return "aborted"
         return "running"
+
+    def silent_s(self, now: float) -> float:
+        """Seconds since any remote seat's client was last heard from (or the match began)."""
+        heard = [b.last_seen for b in self.remote.values() if b.last_seen is not None]
+        return now - max([self.created, *heard])
 
     # -- seats -------------------------------------------------------------------------------
 
@@ -291,20 +362,18 @@ class Match:
         }
         pending = box.pending
         if pending is not None and not pending.answer.done() and self.status == "running":
-            obs = pending.observation
             view.update(
                 status="your_turn",
                 turn=pending.turn,
                 seconds_left=round(max(0.0, pending.deadline_at - time.monotonic()), 3),
-                observation=obs.model_dump(mode="json"),
-                prompt=obs.to_prompt(),
-                legal_actions=list(obs.legal_actions),
-                legal_action_schema=legal_action_schema(obs.legal_actions, seat == DESIGNER),
+                **pending.view,
             )
         elif self.status == "running":
             view["status"] = "waiting"
         if self.result is not None:
             view["return"] = self.result.returns.get(seat)
+        elif self.error is not None and self.error.startswith("cancelled"):
+            view["error"] = self.error  # the server's own words (a failure's text may be private)
         return view
 
     async def wait_view(self, seat: str, wait: float) -> dict[str, Any]:
@@ -351,8 +420,9 @@ class Match:
             "match_id": self.id,
             "scenario": self.scenario.name,
             "status": self.status,
-            "seats": {
-                s: (REMOTE if isinstance(a, RemoteSeat) else str(a)) for s, a in self.lineup.items()
+            "seats": {  # a spec's token (remote?url=...&token=) shown as token=***
+                s: (REMOTE if isinstance(a, RemoteSeat) else redact_spec(str(a)))
+                for s, a in self.lineup.items()
             },
             "waiting_for": [s for s, b in self.remote.items() if b.pending is not None],
             "timeouts": {s: int(b.stats["timeouts"]) for s, b in self.remote.items()},
@@ -360,77 +430,156 @@ class Match:
         }
         if self.result is not None:
             view["returns"] = dict(self.result.returns)
-        if self.error is not None:
-            view["error"] = self.error
+        if self.error is not None:  # a cancellation as it is; a failure by its exception type
+            # only: its text may quote a seat's private state (the owner's transcript has it)
+            kind = self.error.split(":", 1)[0].strip()
+            view["error"] = (
+                self.error
+                if self.error.startswith("cancelled")
+                else f"the episode failed ({kind[:80]})"
+                if kind.isidentifier()
+                else "the episode failed"
+            )
         return view
-
-
-def read_progress(path: Path) -> dict[str, Any]:
-    """Steps, round and phase so far, read from the transcript's last step record."""
-    out: dict[str, Any] = {"steps": 0, "round": 0, "phase": None}
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 65536))
-            lines = fh.read().splitlines()
-    except OSError:
-        return out
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("type") == "step":
-            out.update(steps=int(rec["i"]) + 1, round=rec.get("round"), phase=rec.get("phase"))
-            break
-    return out
 
 
 class MatchRegistry:
     """The server's matches by id; finished ones are forgotten ``keep_s`` seconds after they end
-    (their tokens then expire; the transcript files stay)."""
+    (their tokens then expire; the transcript files stay), or sooner, oldest first, once more
+    than ``max_ended`` have ended.
+
+    Limits: ``max_matches`` running at once in all and ``max_per_client`` per client address
+    (0: no per-client limit), so no one client can fill the server; a running match is ended
+    (``aborted``) once it has run ``max_match_s`` seconds, or once none of its remote seats'
+    clients has been heard from for ``idle_s`` seconds. Every match's env steps and server-run
+    agents play on ``workers`` shared threads, off the event loop."""
 
     def __init__(
         self,
         transcript_dir: Path,
-        allow_any_spec: bool = False,
+        policy: SpecPolicy | None = None,
         keep_s: float = 3600.0,
-        max_matches: int = 1000,
+        max_matches: int = MAX_MATCHES,
+        *,
+        max_per_client: int = MAX_MATCHES_PER_CLIENT,
+        max_match_s: float = MAX_MATCH_S,
+        idle_s: float = IDLE_S,
+        max_ended: int = MAX_ENDED,
+        workers: int = MATCH_WORKERS,
     ) -> None:
         self.dir = transcript_dir
-        self.allow_any_spec = allow_any_spec
+        self.policy = policy or SpecPolicy()
         self.keep_s = keep_s
         self.max_matches = max_matches
+        self.max_per_client = max_per_client
+        self.max_match_s = max_match_s
+        self.idle_s = idle_s
+        self.max_ended = max_ended
         self.matches: dict[str, Match] = {}
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="gpumarket-match")
+        self._reaper: asyncio.Task[None] | None = None
+        self._expired_at = -math.inf
 
-    def create(self, config: MatchConfig) -> Match:
-        self.expire()
-        running = sum(m.ended is None for m in self.matches.values())
-        if running >= self.max_matches:
-            raise MatchError(429, f"{running} matches are running (the limit); try again later")
+    def _check_room(self, client: str) -> None:
+        self.expire(force=True)
+        running = [m for m in self.matches.values() if m.ended is None]
+        if len(running) >= self.max_matches:
+            raise MatchError(
+                429, f"{len(running)} matches are running (the server's limit); try again later"
+            )
+        mine = sum(m.client == client for m in running)
+        if self.max_per_client and mine >= self.max_per_client:
+            raise MatchError(
+                429,
+                f"you have {mine} matches running (the limit per client); let one end, or "
+                "cancel one with DELETE /matches/{id} and its owner token",
+            )
+
+    def create(
+        self,
+        config: MatchConfig,
+        client: str = "",
+        lineup: tuple[Scenario, dict[str, Any]] | None = None,
+    ) -> Match:
+        """Create and start a match for ``client`` (an address), within the limits (429 past
+        them). Call it on the server's event loop."""
+        self._check_room(client)
         self.dir.mkdir(parents=True, exist_ok=True)
-        match = Match(secrets.token_hex(8), config, self.dir, self.allow_any_spec)
+        match = Match(
+            secrets.token_hex(8),
+            config,
+            self.dir,
+            self.policy,
+            client=client,
+            executor=self.executor,
+            lineup=lineup,
+        )
         self.matches[match.id] = match
         match.start()
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._reap_forever())
         return match
+
+    async def acreate(self, config: MatchConfig, client: str = "") -> Match:
+        """:meth:`create`, its line-up checked (agents built, scenario read) on a worker thread."""
+        self._check_room(client)  # refuse early, before any work
+        loop = asyncio.get_running_loop()
+        lineup = await loop.run_in_executor(self.executor, check_lineup, config, self.policy)
+        return self.create(config, client, lineup)  # checks the room again: others came meanwhile
 
     def get(self, match_id: str) -> Match:
         self.expire()
         match = self.matches.get(match_id)
         if match is None:
-            raise MatchError(404, f"no match {match_id!r} (unknown, or expired)")
+            raise MatchError(
+                404,
+                f"no match {match_id!r}: unknown, expired (ended matches are kept "
+                f"{self.keep_s:g} s), or ended by a server restart (matches do not survive one)",
+            )
         return match
 
-    def expire(self) -> None:
+    def expire(self, force: bool = False) -> None:
+        """Forget the ended matches past ``keep_s``, and the oldest past ``max_ended``. It scans
+        every match, so a request runs it at most every :data:`EXPIRE_EVERY_S` seconds."""
         now = time.time()
-        for mid in [
-            k
-            for k, m in self.matches.items()
-            if m.ended is not None and now - m.ended > self.keep_s
-        ]:
+        if not force and now - self._expired_at < EXPIRE_EVERY_S:
+            return
+        self._expired_at = now
+        ended = [(m.ended, k) for k, m in self.matches.items() if m.ended is not None]
+        gone = {k for when, k in ended if now - when > self.keep_s}
+        over = len(ended) - len(gone) - self.max_ended
+        if over > 0:
+            gone.update(k for _, k in heapq.nsmallest(over, (e for e in ended if e[1] not in gone)))
+        for mid in gone:
             del self.matches[mid]
+
+    async def reap(self) -> None:
+        """End every running match past its wall time or whose remote seats are all silent."""
+        now = time.time()
+        doomed = []
+        for m in list(self.matches.values()):
+            if m.ended is not None:
+                continue
+            if now - m.created > self.max_match_s:
+                doomed.append(
+                    m.cancel(f"cancelled: ran past the server's {self.max_match_s:g} s limit")
+                )
+            elif m.silent_s(now) > self.idle_s:
+                doomed.append(
+                    m.cancel(f"cancelled: no remote seat was heard from for {self.idle_s:g} s")
+                )
+        await asyncio.gather(*doomed)
+        self.expire(force=True)
+
+    async def _reap_forever(self) -> None:
+        pause = max(0.05, min(5.0, self.idle_s / 4, self.max_match_s / 4))
+        while True:
+            await asyncio.sleep(pause)
+            await self.reap()
 
     async def close(self) -> None:
         """Cancel every running match (each transcript ends with the ``aborted`` footer)."""
+        if self._reaper is not None:
+            self._reaper.cancel()
         await asyncio.gather(*(m.cancel() for m in self.matches.values()))
+        self.executor.shutdown(wait=False, cancel_futures=True)

@@ -26,6 +26,8 @@ from match_support import (
     wait_ready,
 )
 
+from agents.registry import make_agent
+from market.environment.aec import raw_env
 from market.record.reader import read_transcript
 from market.record.replay import replay
 from market.run.rollout import run_episode
@@ -51,21 +53,41 @@ def _steps(path: Path) -> list[dict[str, Any]]:
     ]
 
 
+def _seeded(spec: str, seed: int) -> Any:
+    """The agent ``spec``, reset with ``seed`` whatever seed the runner gives it."""
+    agent = make_agent(spec)
+    reset = agent.reset
+    agent.reset = lambda _seed=None: reset(seed)
+    return agent
+
+
 def test_two_remote_seats_equal_the_local_run(server: Any, tmp_path: Path) -> None:
     base, out = server
     seats = {"bidder_0": "random_valid", "bidder_1": "rule_expert"}
     made = create(base, "market_round", 5, {s: "remote" for s in seats})
     assert set(made["tokens"]) == set(seats) and len(set(made["tokens"].values())) == 2
-    threads = [
-        threading.Thread(target=play_seat, args=(base, made["match_id"], made["tokens"][s], spec))
-        for s, spec in seats.items()
-    ]
+    shown: dict[str, int] = {}
+
+    def play(seat: str, spec: str) -> None:
+        shown[seat] = play_seat(base, made["match_id"], made["tokens"][seat], spec)["seat_seed"]
+
+    threads = [threading.Thread(target=play, args=item) for item in seats.items()]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
     view = wait_done(base, made["match_id"])
-    local = run_episode("market_round", 5, seats, transcript=tmp_path / "local.jsonl")
+    # a served seat's seed is keyed by the match's secret (a local run's would give the seed
+    # away): the local run seeds each agent with the seed its served client was shown
+    env = raw_env("market_round")
+    env.reset(seed=5)
+    assert all(shown[s] != env.seat_seed(s) for s in seats)
+    local = run_episode(
+        "market_round",
+        5,
+        {s: _seeded(spec, shown[s]) for s, spec in seats.items()},
+        transcript=tmp_path / "local.jsonl",
+    )
     assert view["status"] == "done"
     assert view["returns"] == local.returns  # bit-identical floats through JSON
     assert view["timeouts"] == {"bidder_0": 0, "bidder_1": 0}
