@@ -12,6 +12,8 @@ import ipaddress
 import sys
 from collections.abc import Callable
 
+from market.cli.trust_flags import add_trust_arguments, trust_from_args
+
 SERVER_MODULE = "market.serve.openenv_app"
 
 
@@ -32,15 +34,26 @@ def add_openenv_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> No
     cmd.add_argument(
         "--max-sessions",
         type=int,
-        default=64,
-        help="concurrent sessions, each its own env (default 64; one more is refused)",
+        default=128,
+        help="concurrent sessions, each its own env (default 128; one more is refused)",
     )
     cmd.add_argument(
-        "--allow-llm-lineup",
-        action="store_true",
-        help="let a session's line-up name LLM seats (llm:... specs; the server then calls "
-        "the URLs they name)",
+        "--max-sessions-per-client",
+        type=int,
+        default=64,
+        metavar="N",
+        help="concurrent sessions one remote address may hold (default 64; one more is "
+        "refused), so that no one client takes the whole server",
     )
+    cmd.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="close a session whose client sent nothing for this long while none of its "
+        "messages was being served (default 300); the MarketEnvClient reconnects by itself",
+    )
+    add_trust_arguments(cmd)
 
 
 def cmd_openenv(args: argparse.Namespace) -> int:
@@ -53,6 +66,24 @@ def cmd_openenv(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.max_sessions_per_client < 1:
+        print(
+            "gpumarket openenv: --max-sessions-per-client must be at least 1, got "
+            f"{args.max_sessions_per_client}",
+            file=sys.stderr,
+        )
+        return 2
+    if not 0 < args.idle_timeout < float("inf"):
+        print(
+            f"gpumarket openenv: --idle-timeout must be a number of seconds above 0, got "
+            f"{args.idle_timeout:g}",
+            file=sys.stderr,
+        )
+        return 2
+    trust = trust_from_args(args, "openenv")
+    if trust is None:
+        return 2
+    policy, origins = trust
     try:
         server = importlib.import_module(SERVER_MODULE)
     except ModuleNotFoundError as exc:
@@ -68,7 +99,16 @@ def cmd_openenv(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(f"gpumarket openenv: serving on http://{args.host}:{args.port} (WebSocket /ws)")
-    server.serve(args.host, args.port, args.max_sessions, args.allow_llm_lineup)
+    print(f"gpumarket openenv: line-ups may name {policy.describe()}", file=sys.stderr)
+    server.serve(
+        args.host,
+        args.port,
+        args.max_sessions,
+        policy,
+        allow_origins=origins,
+        max_sessions_per_client=args.max_sessions_per_client,
+        idle_timeout_s=args.idle_timeout,
+    )
     return 0
 
 

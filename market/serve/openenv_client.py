@@ -12,7 +12,9 @@ Async by default, as OpenEnv's clients are; ``.sync()`` gives the blocking wrapp
 :mod:`market.core.actions`, or the action as a dict or JSON text. Results are OpenEnv
 ``StepResult`` objects whose ``observation`` is a
 :class:`~market.serve.openenv_env.MarketObservation`; a server error (a bad reset option, a
-malformed message) raises ``RuntimeError`` with the server's one-line reason.
+malformed message) raises ``RuntimeError`` with the server's one-line reason. A session the server
+closed (idle past its ``--idle-timeout``) is reopened by the next call, as OpenEnv's client
+reopens a closed socket; its episode is gone, so that call should be a ``reset``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The market as an OpenEnv environment: one learner seat per session, the other seats played
 by the server.
 
-A session is reset with ``scenario`` (a built-in name; ``overrides``: scenario keys to change,
-as ``market.env(name, **overrides)`` takes them), ``seat`` (the learner's seat, e.g.
-``bidder_0`` or ``designer_0``), ``seed`` (an int; None draws fresh entropy) and ``lineup`` (seat ->
+A session is reset with ``scenario`` (a built-in name, :func:`scenarios.builtin_names`: never a
+file of the server), ``overrides`` (scenario keys to change, as ``market.env(name, **overrides)``
+takes them), ``seat`` (the learner's seat, e.g. ``bidder_0`` or ``designer_0``), ``seed`` (an int
+below ``2**128``; None draws 128 bits of fresh entropy, never revealed) and ``lineup`` (seat ->
 agent spec as :func:`agents.registry.make_agent` takes it, for any of the other seats; the rest
 play the scenario's default agents). The env then drives the episode exactly as
 :func:`market.run.rollout.run_episode` does (its :class:`~market.run.rollout.Episode`: the same
@@ -17,7 +18,8 @@ learner's next turn (or its seat's end). The rule for a rejected action is the e
 market is not changed, the seat pays ``invalid_action_penalty`` (reward component
 ``invalid_action``), its turn passes as a ``wait`` would, and ``error`` says what was wrong and how
 to fix it. A payload that is not a :class:`MarketAction` at all (unknown fields, a missing
-``action``) is refused by OpenEnv before the env sees it: nothing changes, no penalty.
+``action``) is refused by the server's message checks (:mod:`market.serve.openenv_sessions`)
+before the env sees it: nothing changes, no penalty.
 
 Rewards: every observation's ``reward`` is what the learner's seat earned since its previous
 turn (PettingZoo's ``env.last()``), with ``reward_components`` splitting it; the first one (from
@@ -27,37 +29,71 @@ line-up and actions, bit for bit.
 
 What the learner sees is the seat's own :class:`~market.environment.observations.Observation`
 (structured, and as ``to_prompt()`` text): never another lab's private state, never the seed.
+
+What one reset may cost is bounded before anything is built: the scenario, with its overrides, is
+checked against :data:`EPISODE_MAXIMA` (labs, rounds, turns, jobs, blocks, shocks), its default
+agents against the operator's allow-list as a line-up's are (an ``agents`` override is a line-up
+too), and its judges must be the rule judges (an LLM judge would make the server call out).
+:meth:`MarketEnvironment.cancel` (the session's client left, the server is stopping) ends the
+work of a reset or step at the next seat's turn with :class:`SessionCancelled`.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field, JsonValue
 from pydantic_core import to_jsonable_python
 
-from agents.registry import make_agent
+from agents.registry import AgentSpecError, make_agent
+from agents.spec_policy import SpecPolicy
 from market.core.seats import DESIGNER
 from market.environment.aec import raw_env
 from market.environment.observations import Observation as SeatObservation
-from market.run.rollout import Episode
+from market.run.rollout import Episode, default_seats
 from market.version import __version__
-from scenarios import ScenarioError, load_scenario
+from scenarios import Scenario, ScenarioError, builtin_names, load_scenario
 
 DEFAULT_SCENARIO = "market_round"
 DEFAULT_SEAT = "bidder_0"
 RESET_OPTIONS = ("scenario", "seat", "seed", "lineup", "overrides", "episode_id")
 MAX_OVERRIDES = 32  # keys in one reset's scenario overrides
+MAX_EPISODE_ID = 200  # characters of a client's own episode label
+SEED_BITS = 128  # a client's seed is below 2**128; a reset without one draws this many bits
+#: the most a scenario (with a client's overrides) may ask for, checked before the env is built:
+#: key (as docs/scenarios.md writes it) -> maximum. A range's high end counts, a list its length.
+#: Every built-in scenario fits (large_market sets labs.count and capacity.blocks); a step's cost
+#: grows with the labs (each plays its turns), a reset's with rounds x labs x arrival_rate.
+EPISODE_MAXIMA: dict[str, float] = {
+    "labs.count": 300,
+    "labs.entrants": 32,
+    "labs.jobs": 20,
+    "labs.endowment": 100,
+    "labs.endowment_rounds": 100,
+    "rounds": 100,
+    "negotiation_turns": 10,
+    "jobs.arrival_rate": 2.0,
+    "capacity.blocks": 2000,
+    "capacity.max_units_per_bid": 2000,
+    "shocks": 64,
+    "agent_timeout": 120.0,  # seconds a server seat may take per decision (0, no limit, refused)
+}
+RULE_JUDGE = "rule"
 
 
 class SessionError(ValueError):
     """A request this session cannot serve; the message says what to send instead."""
+
+
+class SessionCancelled(RuntimeError):
+    """The session's work was stopped: its client left or the server is stopping."""
 
 
 class MarketAction(Action):
@@ -134,21 +170,32 @@ class _Learner:
 class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState]):
     """The GPU market for one learner seat (see the module docstring).
 
-    ``allow_llm_lineup``: whether the line-up may name LLM seats (``llm:...`` specs make the
-    server send requests to the URL they name; off by default).
+    ``policy``: the agent specs a client's line-up may name (default: the built-in agents only;
+    a spec that loads code or makes the server call out needs the operator's allow-list,
+    :mod:`agents.spec_policy`).
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # every session builds its own env, agents and streams
 
-    def __init__(self, allow_llm_lineup: bool = False) -> None:
+    def __init__(self, policy: SpecPolicy | None = None) -> None:
         super().__init__()
-        self.allow_llm_lineup = allow_llm_lineup
+        self.policy = policy or SpecPolicy()
         self.market: raw_env | None = None  # the AEC env of the current episode (read-only)
         self._episode: Episode | None = None
         self._turns: Iterator[tuple[str, Any, bool]] | None = None
         self._seat = ""
         self._pending: tuple[str, Any, bool] | None = None
         self._state = MarketState()
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop this env's work (thread-safe): a reset or step in progress raises
+        :class:`SessionCancelled` at the next seat's turn, and so does every later call."""
+        self._cancelled.set()
+
+    def _check_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise SessionCancelled("the session was closed; its work stopped")
 
     # --- OpenEnv surface -----------------------------------------------------------------
     def reset(
@@ -167,13 +214,28 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
                 f"unknown reset option(s) {', '.join(map(repr, sorted(unknown)))}; "
                 f"use {', '.join(RESET_OPTIONS)}"
             )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise SessionError(f"seed must be a non-negative integer or null, got {seed!r}")
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**SEED_BITS
+        ):
+            raise SessionError(
+                f"seed must be a non-negative integer below 2**{SEED_BITS} or null, "
+                f"got {_short(seed)}"
+            )
+        if episode_id is not None and (
+            not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID
+        ):
+            raise SessionError(
+                f"episode_id must be a string of at most {MAX_EPISODE_ID} characters or null, "
+                f"got {_short(episode_id)}"
+            )
+        self._check_cancelled()
         sc = self._scenario(scenario, overrides)
         env = raw_env(sc)
         seats = self._lineup(env, seat, lineup)
-        if seed is None:  # fresh entropy, never revealed
-            seed = int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
+        self._check_defaults(sc, seat, seats)
+        if seed is None:  # 128 bits of fresh entropy, never revealed (not guessable by search)
+            seed = secrets.randbits(SEED_BITS)
+        self._check_cancelled()
         self.close()
         self.market, self._seat = env, seat
         self._episode = Episode(env, seed, {**seats, seat: _Learner()}, None, 1)
@@ -229,6 +291,7 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
         assert self._episode is not None and self._turns is not None
         episode = self._episode
         for seat, obs, live in self._turns:
+            self._check_cancelled()  # the client left or the server stops: no more turns
             if seat == self._seat:
                 if live:
                     self._pending = (seat, obs, live)
@@ -295,10 +358,14 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
 
     # --- checking a reset ----------------------------------------------------------------
     @staticmethod
-    def _scenario(name: object, overrides: object) -> Any:
-        if not isinstance(name, str) or "/" in name or "\\" in name or name.endswith(".toml"):
+    def _scenario(name: object, overrides: object) -> Scenario:
+        """The built-in scenario ``name`` with ``overrides``, within :data:`EPISODE_MAXIMA`;
+        nothing is built yet."""
+        names = builtin_names()
+        if not isinstance(name, str) or name not in names:
             raise SessionError(
-                f"scenario must be a built-in scenario name (see `gpumarket validate`), got {name!r}"
+                f"scenario {_short(name)} is not a built-in scenario name; "
+                f"use one of: {', '.join(names)}"
             )
         if overrides is None:
             overrides = {}
@@ -308,9 +375,39 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
                 f'{MAX_OVERRIDES} scenario keys, e.g. {{"rounds": 2, "labs__count": 3}}'
             )
         try:
-            return load_scenario(name, **{str(k): v for k, v in overrides.items()})
+            sc = load_scenario(name, **{str(k): v for k, v in overrides.items()})
         except ScenarioError as exc:
             raise SessionError(" ".join(str(exc).split())) from None
+        for key, maximum in EPISODE_MAXIMA.items():
+            value = _size(sc, key)
+            if key == "agent_timeout" and value == 0:
+                raise SessionError(
+                    f"overrides: agent_timeout = 0 (no time limit) is not allowed on this "
+                    f"server; ask for at most {maximum:g} seconds"
+                )
+            if not value <= maximum:  # NaN too
+                raise SessionError(
+                    f"overrides: {key} = {value:g} is above this server's maximum of "
+                    f"{maximum:g}; ask for at most {maximum:g} ({key.replace('.', '__')})"
+                )
+        for key in ("judge", "conduct_judge"):
+            if getattr(sc, key) != RULE_JUDGE:
+                raise SessionError(
+                    f"overrides: {key} must be {RULE_JUDGE!r} on this server (an LLM judge "
+                    "would make the server call the URL it names)"
+                )
+        return sc
+
+    def _check_defaults(self, sc: Scenario, learner: str, lineup: Mapping[str, str]) -> None:
+        """The seats the line-up leaves to the scenario's ``[agents]`` table (which overrides
+        can change) are held to the line-up's rule: the operator's allow-list."""
+        for seat, spec in default_seats(sc).items():
+            if seat == learner or seat in lineup:
+                continue
+            try:
+                self.policy.check(spec, "designer" if seat == DESIGNER else "bidder")
+            except AgentSpecError as exc:
+                raise SessionError(f"overrides: agents ({seat}): {exc}") from None
 
     def _lineup(self, env: raw_env, seat: object, lineup: object) -> dict[str, str]:
         seats = env.possible_agents
@@ -335,25 +432,45 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
                 )
             if not isinstance(spec, str) or not spec.strip():
                 raise SessionError(f"lineup[{other!r}] must be an agent spec string, got {spec!r}")
-            if spec.strip().startswith("llm") and not self.allow_llm_lineup:
-                raise SessionError(
-                    f"lineup[{other!r}] = {spec!r}: LLM seats are off on this server "
-                    "(start it with --allow-llm-lineup)"
-                )
+            role = "designer" if other == DESIGNER else "bidder"
+            try:  # the operator's allow-list, read from the text before anything is built
+                self.policy.check(spec, role)
+            except AgentSpecError as exc:
+                raise SessionError(f"lineup[{other!r}]: {exc}") from None
             try:  # build it once here, so that a bad spec is this request's error
-                make_agent(spec, "designer" if other == DESIGNER else "bidder")
+                make_agent(spec, role)
             except Exception as exc:
                 raise SessionError(f"lineup[{other!r}] = {spec!r}: {exc}") from None
             out[other] = spec
         return out
 
 
+def _size(sc: Scenario, key: str) -> float:
+    """How much of ``key`` the scenario asks for: a number, a range's high end, a list's length."""
+    value: Any = sc
+    for part in key.split("."):
+        value = getattr(value, part)
+    if isinstance(value, tuple):
+        return float(value[1])
+    if isinstance(value, list):
+        return float(len(value))
+    return float(value)
+
+
+def _short(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for an error message that echoes input."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 __all__ = [
     "DEFAULT_SCENARIO",
     "DEFAULT_SEAT",
+    "EPISODE_MAXIMA",
     "MarketAction",
     "MarketEnvironment",
     "MarketObservation",
     "MarketState",
+    "SessionCancelled",
     "SessionError",
 ]

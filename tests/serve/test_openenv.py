@@ -268,14 +268,15 @@ def test_malformed_messages_are_refused_and_change_nothing(server: OpenEnvServer
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
-        ({"scenario": "nope"}, "neither a built-in scenario"),
-        ({"scenario": "/etc/passwd"}, "built-in scenario name"),
+        ({"scenario": "nope"}, "not a built-in scenario name"),
+        ({"scenario": "/etc/passwd"}, "not a built-in scenario name"),
+        ({"overrides": {"labs__count": 5000}}, "labs.count = 5000 is above"),
         ({"seat": "bidder_9"}, "not a seat of 'market_round'"),
         ({"seed": -1}, "seed must be a non-negative integer"),
         ({"colour": "red"}, "unknown reset option(s) 'colour'"),
         ({"lineup": {"bidder_0": "truthful"}}, "names the learner's seat"),
         ({"lineup": {"bidder_1": "no_such_agent"}}, "lineup['bidder_1']"),
-        ({"lineup": {"bidder_1": "llm:openai?model=m"}}, "LLM seats are off"),
+        ({"lineup": {"bidder_1": "llm:openai?model=m"}}, "not allowed from the network"),
         ({"lineup": ["truthful"]}, "lineup must be an object"),
         ({"overrides": {"rounds": -1}}, "rounds"),
         ({"overrides": {"no_such_key": 1}}, "no_such_key"),

@@ -20,6 +20,7 @@ from real_model_utils import (
 pytest.importorskip("openenv")
 
 from agents.registry import make_agent  # noqa: E402
+from agents.spec_policy import SpecPolicy  # noqa: E402
 from market.run.rollout import run_episode  # noqa: E402
 from market.serve.openenv_app import OpenEnvServer  # noqa: E402
 from market.serve.openenv_client import MarketEnvClient  # noqa: E402
@@ -52,7 +53,7 @@ def test_a_lineup_llm_seat_plays_through_the_server(llama: LlamaServer, tmp_path
     policy = make_agent("truthful", "bidder")
     policy.reset(0)
     with (
-        OpenEnvServer(max_sessions=2, allow_llm_lineup=True) as server,
+        OpenEnvServer(max_sessions=2, policy=SpecPolicy.from_lists([spec])) as server,
         MarketEnvClient(base_url=server.url, message_timeout_s=1800).sync() as env,
     ):
         result = env.reset(
