@@ -9,7 +9,7 @@ The rules every request meets, in this order, before any of its body is read:
 
 - with a ``token``, every request but ``GET /healthz`` must carry ``Authorization: Bearer TOKEN``;
   one without it (or with another) is answered 401 from its headers alone and the connection is
-  closed, so an unauthenticated client never costs the service its body (:class:`BearerGuard`);
+  closed, so an unauthenticated client never costs the service its body (:class:`~market.serve.guards.BearerGate`);
 - a browser page of another origin may not post (:class:`~market.serve.guards.OriginGuard`);
 - a body is read in full, at most :data:`MAX_BODY` bytes within
   :data:`~market.serve.guards.DEFAULT_BODY_TIMEOUT_S` seconds, before it is parsed: 413 for a
@@ -21,8 +21,6 @@ The service's title (shown by ``/docs``) names its spec with secrets masked.
 
 from __future__ import annotations
 
-import json
-import secrets
 from typing import Any
 
 import uvicorn
@@ -33,7 +31,7 @@ from agents.registry import make_agent
 from agents.specs_redact import redact_spec
 from market.core.actions import parse_action
 from market.environment import Observation
-from market.serve.guards import DEFAULT_BODY_TIMEOUT_S, BodyLimit, OriginGuard
+from market.serve.guards import DEFAULT_BODY_TIMEOUT_S, BearerGate, BodyLimit, OriginGuard
 from market.serve.http_protocol import protocol_class
 
 #: the largest request body the service reads (bytes): an ``/act`` request of the largest
@@ -53,45 +51,8 @@ class ActBody(BaseModel):
     observation: Observation
 
 
-class BearerGuard:
-    """ASGI middleware: 401 for any HTTP request without ``Authorization: Bearer TOKEN``
-    (except ``GET`` of :data:`OPEN_ROUTES`), decided from the headers before the body is read."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        if not token:
-            raise ValueError("BearerGuard needs a non-empty token")
-        self.app = app
-        self.token = token.encode()
-
-    def allows(self, scope: dict[str, Any]) -> bool:
-        if scope.get("method") == "GET" and scope.get("path") in OPEN_ROUTES:
-            return True
-        for key, value in scope.get("headers") or ():
-            if key.lower() == b"authorization":
-                scheme, _, given = bytes(value).partition(b" ")
-                return scheme.lower() == b"bearer" and secrets.compare_digest(
-                    given.strip(), self.token
-                )
-        return False
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or self.allows(scope):
-            await self.app(scope, receive, send)
-            return
-        body = json.dumps({"detail": "missing or wrong bearer token"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                    (b"connection", b"close"),  # the unread body is dropped with the connection
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+def _needs_token(scope: dict[str, Any]) -> bool:
+    return not (scope.get("method") == "GET" and scope.get("path") in OPEN_ROUTES)
 
 
 def agent_app(
@@ -128,7 +89,13 @@ def agent_app(
     app.add_middleware(BodyLimit, limit=max_body, read_timeout_s=read_timeout_s)
     app.add_middleware(OriginGuard)
     if token is not None:
-        app.add_middleware(BearerGuard, token=token)
+        app.add_middleware(
+            BearerGate,
+            token=token,
+            guarded=_needs_token,
+            message="missing or wrong bearer token",
+            key="detail",
+        )
     return app
 
 

@@ -9,6 +9,8 @@
   that resolves to this machine (DNS rebinding) has an ``Origin`` and a ``Host`` that agree, so a
   domain name is the server's own only when listed. Requests without ``Origin`` (curl, httpx,
   the project's clients) are not browsers' cross-origin requests and pass.
+- :class:`BearerGate`: a route that needs a bearer token (the agent service's, a server's creator
+  token) answers 401 from the headers alone, before any byte of the body is read.
 - :class:`BodyLimit`: a request body is read in full, at most ``limit`` bytes within
   ``read_timeout_s`` seconds, before the app sees any of it: a larger body (declared by
   ``Content-Length`` or sent chunked) is answered 413, a body still arriving at the deadline 408,
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import secrets
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,8 +71,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _answer(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"error": message}).encode()
+async def _answer(
+    send: Send,
+    status: int,
+    message: str,
+    key: str = "error",
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    """A JSON answer ``{key: message}`` that closes the connection (any unread body with it)."""
+    body = json.dumps({key: message}).encode()
     await send(
         {
             "type": "http.response.start",
@@ -77,6 +87,7 @@ async def _answer(send: Send, status: int, message: str) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
+                *headers,
                 (b"connection", b"close"),
             ],
         }
@@ -123,6 +134,47 @@ class OriginGuard:
                 403,
                 "cross-origin request refused: this server accepts state-changing requests from "
                 "its own origin only (its operator can allow others with --allow-origin)",
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+def bearer_token_matches(scope: Scope, token: bytes) -> bool:
+    """Whether the request's ``Authorization: Bearer ...`` is ``token`` (constant time)."""
+    given = _header(scope, b"authorization")
+    if given is None:
+        return False
+    scheme, _, value = given.encode("latin-1").partition(b" ")
+    return scheme.lower() == b"bearer" and secrets.compare_digest(value.strip(), token)
+
+
+class BearerGate:
+    """401 for an HTTP request that ``guarded(scope)`` selects and that lacks
+    ``Authorization: Bearer TOKEN``, decided from the headers alone: the body is never read
+    (the connection is closed with it), so a client without the token costs the server nothing.
+    The answer is ``{key: message}`` with ``WWW-Authenticate: Bearer``."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str,
+        guarded: Callable[[Scope], bool],
+        message: str,
+        key: str = "error",
+    ) -> None:
+        if not token:
+            raise ValueError("BearerGate needs a non-empty token")
+        self.app, self.token, self.guarded = app, token.encode(), guarded
+        self.message, self.key = message, key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and self.guarded(scope)
+            and not bearer_token_matches(scope, self.token)
+        ):
+            await _answer(
+                send, 401, self.message, self.key, headers=[(b"www-authenticate", b"Bearer")]
             )
             return
         await self.app(scope, receive, send)
@@ -195,4 +247,11 @@ class BodyLimit:
 _GONE: Any = object()
 
 
-__all__ = ["BodyLimit", "DEFAULT_BODY_TIMEOUT_S", "OriginGuard", "normalise_origin"]
+__all__ = [
+    "BearerGate",
+    "BodyLimit",
+    "DEFAULT_BODY_TIMEOUT_S",
+    "OriginGuard",
+    "bearer_token_matches",
+    "normalise_origin",
+]

@@ -29,7 +29,6 @@ The server binds 127.0.0.1 unless told otherwise.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -47,15 +46,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from agents.spec_policy import SpecPolicy
 from market.core.trust import lone_surrogate
 from market.serve import human_page
-from market.serve.guards import (
-    DEFAULT_BODY_TIMEOUT_S,
-    ASGIApp,
-    BodyLimit,
-    OriginGuard,
-    Receive,
-    Scope,
-    Send,
-)
+from market.serve.guards import DEFAULT_BODY_TIMEOUT_S, BearerGate, BodyLimit, OriginGuard, Scope
 from market.serve.http_protocol import protocol_class
 from market.serve.live_view import live_router
 from market.serve.matches import (
@@ -126,57 +117,14 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-_NEEDS_CREATE_TOKEN = json.dumps(
-    {
-        "error": "creating a match on this server needs its creator token: send "
-        "'Authorization: Bearer TOKEN' (the server's operator has it)"
-    }
-).encode()
+NEEDS_CREATE_TOKEN = (
+    "creating a match on this server needs its creator token: send "
+    "'Authorization: Bearer TOKEN' (the server's operator has it)"
+)
 
 
-class CreatorGate:
-    """ASGI middleware: with a creator token set, ``POST /matches`` without
-    ``Authorization: Bearer TOKEN`` gets 401 before its body is read (constant-time compare)."""
-
-    def __init__(self, app: ASGIApp, token: str | None = None) -> None:
-        self.app = app
-        self.token = token.encode() if token else None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.token is not None
-            and scope["type"] == "http"
-            and scope.get("method") == "POST"
-            and scope.get("path", "").rstrip("/") == "/matches"
-            and not self.allows(scope)
-        ):
-            body = _NEEDS_CREATE_TOKEN
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b"Bearer"),
-                        (b"connection", b"close"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        await self.app(scope, receive, send)
-
-    def allows(self, scope: Scope) -> bool:
-        assert self.token is not None
-        for key, value in scope.get("headers") or ():
-            if key.lower() == b"authorization":
-                scheme, _, given = bytes(value).partition(b" ")
-                if scheme.lower() == b"bearer" and secrets.compare_digest(
-                    given.strip(), self.token
-                ):
-                    return True
-        return False
+def _creating(scope: Scope) -> bool:
+    return scope.get("method") == "POST" and scope.get("path", "").rstrip("/") == "/matches"
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, list[dict[str, str]]]:
@@ -269,8 +217,8 @@ def create_app(
         """Create and start a match; answers its id and one secret token per remote seat. With
         a creator token set on the server, send it as ``Authorization: Bearer TOKEN``."""
         given = (_token(authorization) or "").encode()
-        if gate is not None and not secrets.compare_digest(given, gate):  # CreatorGate did too
-            raise MatchError(401, "creating a match on this server needs its creator token")
+        if gate is not None and not secrets.compare_digest(given, gate):  # BearerGate did too
+            raise MatchError(401, NEEDS_CREATE_TOKEN)
         config = MatchConfig(
             body.scenario, body.seed, dict(body.seats), body.turn_deadline, body.digest_every
         )
@@ -342,7 +290,10 @@ def create_app(
     app.include_router(live_router(registry))  # the live match view: page and event stream
     app.include_router(human_page.router)  # the browser human seat: /matches/{id}/play
     app.add_middleware(BodyLimit, limit=max_body, read_timeout_s=body_timeout_s)
-    app.add_middleware(CreatorGate, token=create_token)  # before the body is read
+    if create_token:  # checked before the body is read
+        app.add_middleware(
+            BearerGate, token=create_token, guarded=_creating, message=NEEDS_CREATE_TOKEN
+        )
     app.add_middleware(OriginGuard, allowed_origins=tuple(allow_origins))  # outermost
     return app
 
