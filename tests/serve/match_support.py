@@ -1,12 +1,15 @@
 """Helpers for the served-match tests: the real ``gpumarket serve`` in a subprocess on a free
-127.0.0.1 port, and a scripted client that plays a remote seat over HTTP."""
+127.0.0.1 port, any ASGI app on real uvicorn in a thread (:func:`served_app`), and a scripted
+client that plays a remote seat over HTTP."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
 from real_model_utils import free_port
 
 from agents.registry import make_agent
@@ -103,3 +107,26 @@ def wait_done(base: str, match_id: str, limit: float = 60.0) -> dict[str, Any]:
             return view
         time.sleep(0.05)
     raise AssertionError(f"match {match_id} still running after {limit} s")
+
+
+@contextmanager
+def served_app(app: Any, **config: Any) -> Iterator[str]:
+    """Any ASGI app on real uvicorn (``config``: more ``uvicorn.Config`` options) on a free
+    127.0.0.1 port, in a thread; yields its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

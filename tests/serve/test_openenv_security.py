@@ -36,8 +36,8 @@ import pytest
 pytest.importorskip("openenv")
 
 import httpx  # noqa: E402
-import uvicorn  # noqa: E402
 from devtools import CHROMIUM, browser  # noqa: E402
+from match_support import served_app  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 from websockets.sync.client import ClientConnection, connect  # noqa: E402
 
@@ -107,27 +107,6 @@ def play_raw(ws: ClientConnection, learner: str, **reset: Any) -> float:
         assert reply["data"]["observation"]["error"] is None
         total += reply["data"]["reward"]
     return float(total)
-
-
-@contextmanager
-def served_app(app: Any) -> Iterator[str]:
-    """Any ASGI app on real uvicorn on a free 127.0.0.1 port; its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=1 << 20))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
 
 
 # --- item 2: idle sessions, per-client limits, /mcp, origins -----------------------------------
@@ -290,7 +269,10 @@ def test_a_page_of_another_origin_cannot_drive_the_server(tmp_path: Path) -> Non
     with page_server() as origin:
         for allowed in (False, True):
             spy = Spy(create_market_app(4, allow_origins=[origin] if allowed else []))
-            with served_app(spy) as base, browser(tmp_path / f"profile-{allowed}") as page:
+            with (
+                served_app(spy, ws_max_size=1 << 20) as base,
+                browser(tmp_path / f"profile-{allowed}") as page,
+            ):
                 page.goto(f"{origin}/?target={base}")
                 done = "message:observation" if allowed else "close"
                 page.wait_for(f"window.result.ws.includes({json.dumps(done)})", 60)

@@ -24,8 +24,7 @@ import pytest
 pytest.importorskip("openenv")
 
 import httpx  # noqa: E402
-import uvicorn  # noqa: E402
-from match_support import served  # noqa: E402
+from match_support import served, served_app  # noqa: E402
 
 from agents.spec_policy import SpecPolicy, SpecRefused  # noqa: E402
 from market.cli import main as cli  # noqa: E402
@@ -237,34 +236,12 @@ def test_parse_action_refuses_lone_surrogates_anywhere() -> None:
 
 
 # --- the guards: origins, body size and time ---------------------------------------------------
-@contextmanager
-def in_process(app: Any, head_timeout_s: float = 1.0) -> Iterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", http=protocol_class(head_timeout_s))
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    end = time.monotonic() + 30
-    while not server.started and time.monotonic() < end:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
-
-
 MATCH = {"scenario": "single_trade", "seats": {"bidder_0": "remote"}}
 
 
 def test_cross_origin_requests_are_refused_and_dns_rebinding_too(tmp_path: Path) -> None:
     app = create_app(tmp_path, allow_origins=["http://127.0.0.1:3000"])
-    with in_process(app) as base:
+    with served_app(app, http=protocol_class(1.0)) as base:
         port = base.rsplit(":", 1)[1]
 
         def post(**headers: str) -> int:
@@ -288,7 +265,7 @@ def test_cross_origin_requests_are_refused_and_dns_rebinding_too(tmp_path: Path)
 
 def test_an_oversized_chunked_body_gets_413_and_a_slow_body_408(tmp_path: Path) -> None:
     app = create_app(tmp_path, max_body=4096, body_timeout_s=1.0)
-    with in_process(app) as base:
+    with served_app(app, http=protocol_class(1.0)) as base:
 
         def chunks() -> Iterator[bytes]:
             for _ in range(64):
@@ -315,7 +292,7 @@ def test_an_oversized_chunked_body_gets_413_and_a_slow_body_408(tmp_path: Path) 
 
 def test_the_body_limit_passes_an_honest_body_through_intact(tmp_path: Path) -> None:
     app = create_app(tmp_path, max_body=4096, body_timeout_s=1.0)
-    with in_process(app) as base:
+    with served_app(app, http=protocol_class(1.0)) as base:
 
         def two() -> Iterator[bytes]:
             text = json.dumps(MATCH).encode()
@@ -348,7 +325,7 @@ def test_a_request_head_that_trickles_or_never_comes_is_cut_off(tmp_path: Path) 
     """Slowloris: a connection that sends its head a byte at a time, or nothing, is closed at
     the head deadline (1 s here; 10 s by default), and a keep-alive connection's next head has
     the same deadline; an honest keep-alive client is unaffected."""
-    with in_process(create_app(tmp_path), head_timeout_s=1.0) as base:
+    with served_app(create_app(tmp_path), http=protocol_class(1.0)) as base:
         host, port = base.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as sock:
             assert _closed_after(sock, b"GET /healthz HTTP/1.1\r\nx-pad: ") < 5
