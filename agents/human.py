@@ -1,25 +1,34 @@
 """The ``human`` agent: a person plays a seat from a terminal.
 
-Each decision shows the seat's observation (its own state, the public market state and the
-legal actions, drawn with ``rich``), then asks for the action in one of two ways:
+Each turn shows, in plain sentences from :mod:`market.environment.seat_guide` (the browser seat
+says the same):
 
-- **guided**: pick an action type from the legal ones (by number or name), then enter the
-  action's fields one at a time, read from the action's pydantic model: its type, bounds,
-  description and default. A blank answer keeps the default (or leaves an optional field out).
-  Each value is checked on its own as it is typed; a bad one is asked again with the reason, and
-  the fields already entered are kept. The whole action is checked at the end (rules across
-  fields, such as non-increasing bids); a failure there re-asks only the fields it names.
-- **raw JSON**: paste the whole action, e.g. ``{"action_type": "wait"}``, at the action-type
-  prompt. A malformed or illegal one is refused with the reason and asked again.
+1. what happened since the seat's last turn: the market's verdict on its last action (accepted,
+   or the exact refusal and its penalty), the auction's result, offers, messages, trades,
+   coalition changes, its budget, blocks and jobs, and its rewards by component when the runner
+   passes them (:meth:`HumanAgent.note_rewards`);
+2. the screen: the market, the seat's budget, blocks by round, jobs, offers, contracts and
+   coalitions;
+3. a numbered menu of the actions valid now, each with its meaning.
+
+The person picks an action by number or name, then answers only the fields it needs, with the
+valid choices listed (other labs, its offers, coalitions, jobs, rounds); a blank answer keeps
+the shown default. Adding ``+`` to the pick (``3+``) also asks the optional fields (message,
+conditions, reasoning, ...). Each value is checked as it is typed (type, bounds, choices) and a
+bad one is asked again with the reason; the whole action is checked at the end (rules across
+fields, such as non-increasing bids), and a failure re-asks only the fields it names. A whole
+action can be pasted as JSON instead; it is checked only for form and phase, so the market itself
+judges it. Right after the action, the runner may show the market's verdict
+(:meth:`HumanAgent.note_verdict`; ``gpumarket play`` does), else it opens the next turn's story.
 
 The agent returns only actions that parse and are legal in the phase, so a person's game is a
 transcript like any other (replayable, exportable as SFT data). End of input (EOF) or Ctrl-C
 raises :class:`HumanQuit` (a ``KeyboardInterrupt``): the runner ends the transcript with its
 ``aborted`` footer, every complete step kept.
 
-All text another seat or a model wrote (messages, pitches, offers' notes, seat names) is shown as
-plain text: ``rich`` markup is not interpreted and control characters (terminal escapes) are
-replaced, so a message cannot restyle or take over the terminal.
+All text another seat or a model wrote is shown as plain text: ``rich`` markup is not
+interpreted and control characters (terminal escapes) are replaced, so a message cannot restyle
+or take over the terminal.
 
 ``input_fn`` and ``console`` can be injected: tests and the docs play whole episodes with a
 scripted list of answers. A person has no time limit, so run the seat without one
@@ -29,13 +38,13 @@ scripted list of answers. A person has no time limit, so run the seat without on
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from rich.console import Console
-from rich.panel import Panel
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -44,15 +53,26 @@ from market.core.actions import (
     ACTION_CLASSES,
     ActionModel,
     ActionParseError,
+    MechanismUpdate,
     parse_action,
 )
 from market.core.ledger import ActionError
 from market.core.phases import check_turn
 from market.core.seats import DESIGNER
-from market.environment import Observation
+from market.environment import (
+    ActionChoice,
+    FieldChoice,
+    LastActionView,
+    Observation,
+    sections,
+    story,
+    valid_actions,
+    verdict,
+)
 
 #: fields every action has that a person never needs to type
 SKIPPED_FIELDS = frozenset({"action_type", "agent"})
+YES, NO = frozenset({"y", "yes", "true", "1"}), frozenset({"n", "no", "false", "0"})
 
 
 class HumanQuit(KeyboardInterrupt):
@@ -88,12 +108,6 @@ def schema_type(prop: dict[str, Any]) -> str:
         if isinstance(prop.get(key), (int, float)) and abs(prop[key]) < 1e5
     ]
     return " ".join([name, *bounds])
-
-
-def field_order(cls: type[BaseModel]) -> list[str]:
-    """The fields a person fills in: required ones first, then optional ones, ``reasoning`` last."""
-    names = [n for n in cls.model_fields if n not in SKIPPED_FIELDS]
-    return sorted(names, key=lambda n: (n == "reasoning", not cls.model_fields[n].is_required()))
 
 
 def schema_kinds(prop: dict[str, Any]) -> set[str]:
@@ -137,6 +151,81 @@ def first_error(exc: ValidationError) -> str:
     return clean(str(err.get("msg", "invalid")), 300)
 
 
+def model_field(kind: str, name: str) -> tuple[FieldInfo, dict[str, Any]] | None:
+    """The pydantic field behind ``name`` of a ``kind`` action (``mechanism.x`` for a field of
+    the designer's mechanism) and its JSON schema; None if the action has no such field."""
+    cls: type[BaseModel] = ACTION_CLASSES[kind]
+    if name.startswith("mechanism."):
+        cls, name = MechanismUpdate, name.removeprefix("mechanism.")
+    info = cls.model_fields.get(name)
+    if info is None:
+        return None
+    return info, cls.model_json_schema()["properties"].get(name, {})
+
+
+def read(text: str, f: FieldChoice) -> Any:
+    """A typed answer as the value of field ``f``; ValueError (the fix, one line) if it is not
+    one. Choices are taken by number or by value."""
+    if f.choices:
+        values = [c.value for c in f.choices]
+        picked = []
+        for item in [p.strip() for p in text.split(",")] if f.kind == "choices" else [text]:
+            if item.isdigit() and 1 <= int(item) <= len(values) and not numbered(f):
+                item = values[int(item) - 1]
+            if item not in values:
+                raise ValueError(f"pick a number 1-{len(values)} or one of: {', '.join(values)}")
+            picked.append(item)
+        if f.kind == "choices":
+            return "all" if picked == ["all"] else picked
+        return picked[0] == "true" if f.kind == "bool" else picked[0]
+    try:
+        if f.kind == "int":
+            return int(text)
+        if f.kind == "number":
+            return float(text)
+        if f.kind == "numbers":
+            return [float(p) for p in text.strip("[] ").replace(",", " ").split()]
+        if f.kind == "json":
+            return json.loads(text)
+    except ValueError:
+        raise ValueError(_HOW[f.kind]) from None
+    if f.kind == "bool":
+        if text.lower() not in YES | NO:
+            raise ValueError("answer yes or no")
+        return text.lower() in YES
+    return text
+
+
+def numbered(f: FieldChoice) -> bool:
+    """Whether ``f``'s choices are numbers themselves (rounds): then a typed number is the
+    value, never a position in the list."""
+    return bool(f.choices) and all(c.value.isdigit() for c in f.choices)
+
+
+_HOW = {
+    "int": "give a whole number, e.g. 2",
+    "number": "give a number, e.g. 30 or 12.5",
+    "numbers": "give numbers separated by commas, highest first, e.g. 40, 30",
+    "json": 'give JSON, e.g. {"note": "net 30"}',
+}
+
+
+def plain(action: ActionModel) -> str:
+    """An action in words for the echo line: ``send_offer: to bidder_1, blocks 2, price 30``."""
+    data = action.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data.pop("action_type", None)
+    if isinstance(data.get("mechanism"), dict):
+        data.update({f"mechanism.{k}": v for k, v in data.pop("mechanism").items()})
+
+    def show(v: Any) -> str:
+        if isinstance(v, list):
+            return ", ".join(show(x) for x in v) or "none"
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+    parts = "; ".join(f"{k.replace('_', ' ')} {show(v)}" for k, v in data.items())
+    return f"{action.action_type}" + (f": {parts}" if parts else "")
+
+
 class HumanAgent(BaseAgent):
     """A seat played by a person at a terminal (see the module docstring)."""
 
@@ -152,8 +241,33 @@ class HumanAgent(BaseAgent):
         self.input_fn = input_fn if input_fn is not None else input
         self.console = console if console is not None else Console(highlight=False)
         self.stats = {"decisions": 0.0, "re_asked": 0.0, "raw_json": 0.0}
+        self.previous: Observation | None = None  # the seat's observation at its last turn
+        self.rewards: dict[str, float] | None = None  # since the last turn (note_rewards)
+        self.told: str | None = None  # the verdict already shown right after the action
 
-    # -- input -------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.previous, self.rewards, self.told = None, None, None
+
+    # -- what the runner tells the seat ------------------------------------------------------
+
+    def note_rewards(self, components: Mapping[str, float]) -> None:
+        """The seat's rewards by component since its last turn, told at the next turn."""
+        self.rewards = dict(components)
+
+    def note_verdict(self, last: LastActionView | None) -> None:
+        """Show the market's verdict on the action just played (the runner calls this right
+        after the env's step); the next turn's story does not repeat it."""
+        if last is None:
+            return
+        self.told = verdict(last)
+        self.say(self.told, "bold green" if last.accepted else "bold red")
+
+    def farewell(self, final: Observation) -> None:
+        """The end of the game: what happened after the seat's last turn."""
+        self.news(final, "The episode is over. Since your last turn:")
+
+    # -- input and output --------------------------------------------------------------------
 
     def ask(self, prompt: str) -> str:
         """One answer; EOF or Ctrl-C end the game (:class:`HumanQuit`)."""
@@ -162,90 +276,74 @@ class HumanAgent(BaseAgent):
         except (EOFError, KeyboardInterrupt):
             raise HumanQuit("the person left the game (end of input)") from None
 
-    def say(self, text: str, style: str = "") -> None:
-        self.console.print(Text(text, style=style))
+    def say(self, text: str, style: str = "", indent: int = 0) -> None:
+        """One line of plain text (never markup); wrapped lines keep the indent."""
+        self.console.print(Padding(Text(clean(text), style=style), (0, 0, 0, indent), expand=False))
 
     def refuse(self, text: str) -> None:
         self.stats["re_asked"] += 1
-        self.say(f"  ! {clean(text, 500)}", "bold red")
+        self.say(f"! {clean(text, 500)}", "bold red", 2)
 
-    # -- the view ----------------------------------------------------------------------------
+    def news(self, obs: Observation, heading: str) -> None:
+        """The story since the last turn (the verdict shown right after the action left out)."""
+        lines = [s for s in story(self.previous, obs, self.rewards) if s != self.told]
+        self.previous, self.rewards, self.told = obs, None, None
+        if not lines:
+            return
+        self.say(heading, "bold")
+        last = obs.last_action
+        refusal = verdict(last) if last is not None and not last.accepted else None
+        for line in lines:
+            self.say(f"* {line}", "bold red" if line == refusal else "", 2)
 
-    def show(self, obs: Observation) -> None:
-        """The seat's observation: the market, its own state, the legal actions."""
-        c = self.console
-        head = (
-            f"{clean(obs.seat)} ({obs.role}) - round {obs.round} of 0..{obs.rounds_total - 1}, "
-            f"phase {obs.phase}"
-        )
-        c.rule(Text(head, style="bold"))
-        market = Table.grid(padding=(0, 2))
-        market.add_row("mechanism", Text(clean(obs.mechanism.model_dump(mode="json"))))
-        market.add_row("capacity", Text(f"{obs.capacity} blocks, reliability {obs.reliability:g}"))
-        market.add_row("active labs", Text(clean(", ".join(obs.active_labs))))
-        market.add_row("reputations", Text(clean(obs.reputations)))
-        if obs.price_history:
-            market.add_row("prices", Text(clean(obs.price_history[-5:])))
-        if obs.last_result is not None:
-            market.add_row("last round", Text(clean(obs.last_result)))
-        c.print(Panel(market, title="market", title_align="left"))
-        own = Table.grid(padding=(0, 2))
-        if obs.role == "bidder":
-            own.add_row("budget", Text(f"{obs.budget:.2f} credits, reputation {obs.reputation:g}"))
-            own.add_row("blocks owned", Text(clean(obs.holdings)))
-            for label, items in (
-                ("jobs", obs.jobs),
-                ("offers to you", obs.offers_received),
-                ("your offers", obs.offers_sent),
-                ("contracts", obs.contracts),
-                ("coalitions", obs.coalitions),
-            ):
-                rows = [clean(i.model_dump(mode="json")) for i in items or []] or ["-"]
-                own.add_row(label, Text("\n".join(rows)))
-        elif obs.designer_stats is not None:
-            own.add_row("designer", Text(clean(obs.designer_stats.model_dump(mode="json"))))
-        c.print(Panel(own, title="you", title_align="left"))
-        talk = [*obs.messages[-8:], *obs.pitches[-8:]]
-        if talk:
-            said = Table.grid(padding=(0, 2))
-            for item in talk:
-                data = item.model_dump(mode="json")
-                who = data.get("sender") or data.get("lab") or "?"
-                body = data.get("text") or clean(data)
-                said.add_row(Text(clean(who)), Text(clean(body)))
-            c.print(Panel(said, title="messages and pitches (written by others)"))
-        menu = "  ".join(f"{k}) {a}" for k, a in enumerate(obs.legal_actions, 1))
-        c.print(Text(f"legal actions: {menu}", style="cyan"))
+    def show(self, obs: Observation, menu: list[ActionChoice]) -> None:
+        """The screen: the seat's state in sentences, then the actions valid now."""
+        for k, (heading, body) in enumerate(sections(obs)):
+            self.say(heading, "bold" if k else "bold reverse")
+            for line in body:
+                self.say(line, "", 2)
+        self.say("What you can do now:", "bold cyan")
+        grid = Table.grid(padding=(0, 2))
+        for k, c in enumerate(menu, 1):
+            grid.add_row(Text(f"{k:>2})"), Text(c.action_type, "cyan"), Text(clean(c.meaning)))
+        self.console.print(Padding(grid, (0, 0, 0, 1), expand=False))
 
     # -- the decision ------------------------------------------------------------------------
 
     def act(self, observation: Observation) -> ActionModel:
-        """Show ``observation`` and ask until the person gives a legal action."""
+        """Tell the story, show the screen and ask until the person gives a legal action."""
         self.stats["decisions"] += 1
-        self.show(observation)
+        self.console.rule(Text(f"{clean(observation.seat)}: your turn", style="bold"))
+        self.news(observation, "Since your last turn:")
+        menu = valid_actions(observation)
+        self.show(observation, menu)
         designer = observation.seat == DESIGNER
         while True:
-            choice = self.ask(f"action (1-{len(observation.legal_actions)}, a name, or JSON) > ")
-            if choice.startswith("{"):
-                action = self.raw(choice, observation, designer)
+            answer = self.ask(
+                f"Your choice (1-{len(menu)} or a name; add + for optional fields; "
+                "or paste an action as JSON) > "
+            )
+            if answer.startswith("{"):
+                action = self.raw(answer, observation, designer)
             else:
-                kind = self.pick(choice, observation.legal_actions)
-                action = None if kind is None else self.guided(kind, observation, designer)
+                picked = self.pick(answer, menu)
+                action = None if picked is None else self.guided(*picked, observation, designer)
             if action is not None:
-                self.say(
-                    f"  -> {clean(action.model_dump(mode='json', exclude_none=True))}", "green"
-                )
+                self.say(f"You play {clean(plain(action), 400)}", "green", 2)
                 return action
 
-    def pick(self, choice: str, legal: Iterable[str]) -> str | None:
-        options = list(legal)
-        if choice.isdigit() and 1 <= int(choice) <= len(options):
-            return options[int(choice) - 1]
-        if choice in options:
-            return choice
+    def pick(self, answer: str, menu: list[ActionChoice]) -> tuple[ActionChoice, bool] | None:
+        """The menu entry ``answer`` names (by number or name) and whether it ends with ``+``."""
+        more = answer.endswith("+")
+        key = answer.rstrip("+").strip()
+        names = [c.action_type for c in menu]
+        if key.isdigit() and 1 <= int(key) <= len(menu):
+            return menu[int(key) - 1], more
+        if key in names:
+            return menu[names.index(key)], more
         self.refuse(
-            f"{choice!r} is not a legal action now: give a number 1-{len(options)}, "
-            "an action name from the list, or a whole action as a JSON object"
+            f"{answer!r} is not one of the actions you can take now: give a number "
+            f"1-{len(menu)} or a name from the list (or a whole action as JSON)"
         )
         return None
 
@@ -259,70 +357,111 @@ class HumanAgent(BaseAgent):
         self.stats["raw_json"] += 1
         return action
 
-    def guided(self, kind: str, obs: Observation, designer: bool) -> ActionModel:
-        """Field-by-field entry of a ``kind`` action, re-asking only what is wrong."""
-        cls = ACTION_CLASSES[kind]
-        doc = (cls.__doc__ or "").strip().splitlines()
-        if doc and cls.__doc__ != ActionModel.__doc__:
-            self.say(f"  {kind}: {doc[0]}", "dim")
-        fields = {n: cls.model_fields[n] for n in field_order(cls)}
-        props = cls.model_json_schema()["properties"]
-        values = self.fields(fields, props, list(fields))
+    def guided(
+        self, choice: ActionChoice, more: bool, obs: Observation, designer: bool
+    ) -> ActionModel:
+        """The fields ``choice`` needs (its optional ones too with ``more``), re-asking only
+        what is wrong."""
+        kind = choice.action_type
+        asked = [f.name for f in choice.fields] + (list(choice.extra) if more else [])
+        values = self.answers(choice, asked)
         while True:
             try:
-                action = parse_action({"action_type": kind, **values}, designer=designer)
+                action = parse_action({"action_type": kind, **nest(values)}, designer=designer)
                 check_turn(action, obs.seat, obs.phase)
                 return action
             except (ActionParseError, ActionError) as exc:
                 self.refuse(str(exc))
-                named = [n for n in fields if n in str(exc)] or list(fields)
+                named = [n for n in asked if n.rpartition(".")[2] in str(exc)] or asked
                 for n in named:
                     values.pop(n, None)
-                values.update(self.fields(fields, props, named))
+                values.update(self.answers(choice, named))
 
-    def fields(
-        self, fields: dict[str, FieldInfo], props: dict[str, Any], names: list[str]
-    ) -> dict[str, Any]:
-        """Ask each of ``names``; the answers that set a value (blank keeps the default)."""
+    def answers(self, choice: ActionChoice, names: list[str]) -> dict[str, Any]:
+        """Ask each of ``names`` of ``choice``; the answers that set a value."""
+        given = {f.name: f for f in choice.fields}
         out: dict[str, Any] = {}
         for name in names:
-            value = self.field(name, fields[name], props.get(name, {}))
+            f = given.get(name) or extra_field(choice.action_type, name)
+            value = self.field(choice.action_type, f)
             if value is not _UNSET:
                 out[name] = value
         return out
 
-    def field(self, name: str, info: FieldInfo, prop: dict[str, Any]) -> Any:
-        ann = info.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):  # a nested object: its fields
-            self.say(f"  {name}: {ann.__name__} (blank answers keep each default)", "dim")
-            sub = {n: ann.model_fields[n] for n in field_order(ann)}
-            return self.fields(sub, ann.model_json_schema()["properties"], list(sub))
-        required = info.is_required()
-        given = None if required else info.get_default(call_default_factory=True)
-        default = (
-            ""
-            if required
-            else ", blank = leave out"
-            if given is None
-            else f", blank = {clean(given, 60)}"
+    def field(self, kind: str, f: FieldChoice) -> Any:
+        """One field's answer: its choices listed, checked on its own, asked until it is good."""
+        self.say(f"{f.name}: {f.prompt}", "bold", 2)
+        if numbered(f):  # rounds: typed as their number, so no list numbers beside them
+            self.say("   ".join(c.label for c in f.choices), "", 4)
+        elif f.choices and all(c.label == c.value for c in f.choices):
+            self.say("   ".join(f"{k}) {c.value}" for k, c in enumerate(f.choices, 1)), "", 4)
+        else:
+            for k, c in enumerate(f.choices, 1):
+                self.say(f"{k}) {c.label}", "", 4)
+        several = " (several: 1, 3)" if f.kind == "choices" else ""
+        blank = (
+            f"blank = {f.default}"
+            if f.default not in (None, "")
+            else "blank = none"
+            if f.default == ""
+            else "blank = skip"
+            if not f.required
+            else "required"
         )
-        desc = f" - {clean(info.description, 160)}" if info.description else ""
-        kind = schema_type(prop) if prop else "any"
-        prompt = f"  {name} ({kind}{default}){desc}: "
+        behind = model_field(kind, f.name)
         while True:
-            text = self.ask(prompt)
+            text = self.ask(f"  {f.name} ({blank}){several} > ")
             if not text:
-                if not required:
+                if f.default is not None:
+                    text = f.default
+                elif not f.required:
                     return _UNSET
-                self.refuse(f"{name} is required")
-                continue
-            value = coerce(text, prop)
+                else:
+                    self.refuse(f"{f.name} is required")
+                    continue
             try:
-                check_field(value, info)
+                value = read(text, f)
+                if behind is not None:
+                    check_field(value, behind[0])
             except ValidationError as exc:
-                self.refuse(f"{name}: {first_error(exc)}; try again")
+                self.refuse(f"{f.name}: {first_error(exc)}; try again")
+                continue
+            except ValueError as exc:
+                self.refuse(f"{f.name}: {exc}; try again")
                 continue
             return value
+
+
+def extra_field(kind: str, name: str) -> FieldChoice:
+    """An optional field not asked by default, described from the action's model."""
+    behind = model_field(kind, name)
+    info, prop = behind if behind is not None else (None, {})
+    desc = (
+        clean(info.description.replace("`", ""), 160)
+        if info is not None and info.description
+        else ""
+    )
+    kinds = schema_kinds(prop)
+    how = {"integer": "int", "number": "number", "boolean": "bool"}.get(
+        min(kinds, default=""), "text"
+    )
+    if kinds - {"integer", "number", "boolean", "string"}:  # lists and objects: typed as JSON
+        return FieldChoice(name, desc or f"{name} as JSON", False, kind="json")
+    return FieldChoice(
+        name, desc or f"{name.replace('_', ' ')} ({schema_type(prop)})", False, kind=how
+    )
+
+
+def nest(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The answers as an action's fields: ``{"mechanism.x": v}`` -> ``{"mechanism": {"x": v}}``."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        head, _, rest = name.partition(".")
+        if rest:
+            out.setdefault(head, {})[rest] = value
+        else:
+            out[name] = value
+    return out
 
 
 _UNSET: Any = object()

@@ -156,6 +156,7 @@ SUBSTITUTE: dict[tuple[str, int], list[tuple[str, str]]] = {
 #: pages that show a rejected action on purpose, and the error text they show
 EXPECTED_ERRORS: dict[str, str] = {
     "actions.md": "invalid bid: bid.bids: Value error, bid 1 (5.0) is above bid 0 (3.0)",
+    "observations.md": "offer 'o9' does not exist; use an offer_id from offers_received",
 }
 #: examples in which a policy learns by trial under the RL action mask: what the env rejects
 #: there is exploration, not the example's play (the mask still lets a few offers of already

@@ -1,10 +1,13 @@
 """``gpumarket play SCENARIO --seat bidder_0``: a person plays one seat from the terminal.
 
-The named seat is a :class:`agents.human.HumanAgent` (the observation drawn with ``rich``, the
-action entered field by field or as raw JSON); every other seat is the scenario's default agent
-unless ``--seat SEAT=SPEC`` says otherwise. The episode is the runner's
-(:func:`market.run.rollout.run_episode`) with no time limit on decisions, and its transcript is a
-normal one, ``<out>/<scenario>/<seed>.jsonl``: ``gpumarket replay`` replays it exactly and
+The named seat is a :class:`agents.human.HumanAgent` (the story since its last turn, its state
+and the actions valid now in plain sentences; an action picked from the menu and its fields
+answered from listed choices, or raw JSON); every other seat is the scenario's default agent
+unless ``--seat SEAT=SPEC`` says otherwise. The episode is the runner's loop
+(:class:`market.run.rollout.Episode`) with no time limit on decisions, plus what a person is
+told: the market's verdict right after each action and the rewards since the last turn
+(:func:`play_episode`). Its transcript is a normal one, ``OUT/<seed>.jsonl`` (``--out``, default
+``runs/play/<scenario>``): ``gpumarket replay`` replays it exactly and
 ``gpumarket export-sft`` exports the person's decisions. EOF or Ctrl-C ends the game: the
 transcript ends with the ``aborted`` footer, its complete steps kept, and the command exits 130.
 """
@@ -14,19 +17,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
 from agents.human import HumanAgent
 from agents.registry import AgentSpecError
 from market.core.seats import DESIGNER
-from market.run.rollout import resolve_seats, run_episode
+from market.environment.aec import raw_env
+from market.environment.observe import last_action_view
+from market.run.rollout import Episode, EpisodeResult, resolve_seats
 from scenarios import load_scenario
-
-EXAMPLE = (
-    "gpumarket play single_trade --seat bidder_0 --seed 3 "
-    "--seat bidder_1=rule_expert   (docs/human-play.md)"
-)
+from scenarios.schema import Scenario
 
 
 def add_play_arguments(cmd: argparse.ArgumentParser) -> None:
@@ -43,8 +45,10 @@ def add_play_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--out",
         type=Path,
-        default=Path("runs/play"),
-        help="folder for the transcript, <out>/<scenario>/<seed>.jsonl (default runs/play)",
+        default=None,
+        metavar="DIR",
+        help="the folder this command writes the transcript, <seed>.jsonl, into (default: "
+        "runs/play/SCENARIO)",
     )
 
 
@@ -69,6 +73,46 @@ def split_seats(values: list[str]) -> tuple[str, dict[str, str]]:
     return mine[0], others
 
 
+def play_episode(
+    scenario: Scenario,
+    seed: int,
+    lineup: dict[str, Any],
+    seat: str,
+    human: HumanAgent,
+    transcript: Path,
+) -> EpisodeResult:
+    """:func:`market.run.rollout.run_episode`'s loop, with no time limit, that also tells the
+    person's seat the market's verdict right after each of its actions, its rewards by component
+    since its last turn (the episode's tally) and, at the end, what happened after its last turn.
+    A KeyboardInterrupt (the person quit) ends the transcript with the aborted footer."""
+    episode = Episode(raw_env(scenario), seed, lineup, transcript, 1, agent_timeout=0)
+    env, seen = episode.env, dict[str, float]()
+
+    def since_last_turn() -> dict[str, float]:
+        nonlocal seen
+        now = dict(episode.tally.components.get(seat, {}))
+        delta = {k: v - seen.get(k, 0.0) for k, v in now.items() if v != seen.get(k, 0.0)}
+        seen = now
+        return delta
+
+    try:
+        for name, obs, live in episode.turns():
+            action = error = latency = None
+            if name == seat:
+                human.note_rewards(since_last_turn())
+                if not live:
+                    human.farewell(obs)
+            if live:
+                action, error, latency = episode.act(name, obs)
+            episode.step(name, obs, live, action, latency, error)
+            if live and name == seat:
+                human.note_verdict(last_action_view(env.infos.get(seat, {}), env.scenario))
+    except BaseException as exc:  # the person quit, or a bug: the transcript says aborted
+        episode.abort(exc)
+        raise
+    return episode.result()
+
+
 def cmd_play(args: argparse.Namespace) -> int:
     try:
         seat, others = split_seats(args.seat)
@@ -86,7 +130,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     if args.seed < 0:
         print("gpumarket play: --seed must be >= 0", file=sys.stderr)
         return 2
-    folder = args.out / scenario.name
+    folder = args.out or Path("runs/play") / scenario.name
     console = human.console
     role = "the market designer" if seat == DESIGNER else "a lab"
     console.print(
@@ -96,7 +140,7 @@ def cmd_play(args: argparse.Namespace) -> int:
         markup=False,
     )
     try:
-        result = run_episode(scenario, args.seed, lineup, transcript=folder, agent_timeout=0)
+        result = play_episode(scenario, args.seed, lineup, seat, human, folder)
     except KeyboardInterrupt:
         print(
             f"game stopped; the transcript so far is {folder / f'{args.seed}.jsonl'} "

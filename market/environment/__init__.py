@@ -18,6 +18,7 @@ from market.environment.observations import (
     DeliveryView,
     DesignerStats,
     JobView,
+    LastActionView,
     MarketResultView,
     MechanismView,
     MessageView,
@@ -31,6 +32,16 @@ from market.environment.observations import (
     vector_size,
 )
 from market.environment.parallel import ParallelMarketEnv, parallel_env
+from market.environment.seat_guide import (
+    ActionChoice,
+    Choice,
+    FieldChoice,
+    describe,
+    sections,
+    story,
+    valid_actions,
+    verdict,
+)
 from market.environment.wrappers import (
     MENU,
     MENU_NAMES,
@@ -42,6 +53,15 @@ from market.environment.wrappers import (
 
 __all__ = [
     "MENU",
+    "ActionChoice",
+    "Choice",
+    "FieldChoice",
+    "LastActionView",
+    "describe",
+    "sections",
+    "story",
+    "valid_actions",
+    "verdict",
     "MENU_NAMES",
     "QUOTE_PREFIX",
     "UNTRUSTED_RULE",

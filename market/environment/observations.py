@@ -13,7 +13,7 @@ import math
 from typing import ClassVar, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from market.core.trust import quote_untrusted
 
@@ -22,6 +22,10 @@ PHASES: tuple[str, ...] = ("design", "negotiation", "bidding", "done")
 M = TypeVar("M", bound=BaseModel)
 MAX_JOBS_IN_VECTOR = 4
 HOLDINGS_AHEAD = 3
+#: feedback fields (the seat's last step's verdict, its offers closed this round): left out of
+#: the transcript's ``obs_digest`` (:func:`digest_json`), so transcripts recorded before they
+#: existed still replay exactly; the step's info and the state digest record what they show
+FEEDBACK_FIELDS = frozenset({"last_action", "closed_offers"})
 
 
 class _View(BaseModel):
@@ -133,6 +137,36 @@ class MarketResultView(_View):
     judge_grants: dict[str, int] | None = None
 
 
+class LastActionView(_View):
+    """What the env said about the seat's own previous action (from that step's info).
+
+    ``action_type`` is None when the action could not be read at all (not JSON, no such type).
+    When ``accepted`` is false, ``error`` is the env's reason, word for word, and ``penalty`` the
+    invalid-action penalty it cost (reward units, a positive number); the action changed nothing.
+    """
+
+    round: int
+    phase: str
+    action_type: str | None
+    accepted: bool
+    error: str | None = None
+    penalty: float = 0.0
+    result: dict[str, JsonValue] | None = None  # what the env reported back (accepted actions)
+
+    def sentence(self) -> str:
+        """The verdict in one plain line, e.g. ``Your last action (accept_offer, round 1,
+        negotiation) was refused: ...; it cost 0.05.``"""
+        what = self.action_type or "an action that could not be read"
+        head = f"Your last action ({what}, round {self.round}, {self.phase})"
+        if not self.accepted:
+            return f"{head} was refused: {self.error}; it cost {self.penalty:g}."
+        # the designer's whole mechanism is in the prompt already
+        shown = {k: v for k, v in (self.result or {}).items() if k != "mechanism"}
+        return f"{head} was accepted" + (
+            f": {json.dumps(shown, separators=(',', ':'))}." if shown else "."
+        )
+
+
 class MechanismView(_View):
     auction_type: str
     reserve_price: float | None  # None when the reserve is hidden
@@ -195,11 +229,16 @@ class Observation(BaseModel):
     jobs: list[JobView] | None = None
     offers_received: list[OfferView] | None = None
     offers_sent: list[OfferView] | None = None
+    # this round's offers to or from the seat that are no longer open (feedback: FEEDBACK_FIELDS)
+    closed_offers: list[OfferView] | None = None
     contracts: list[ContractView] | None = None
     coalitions: list[CoalitionView] | None = None
     delivery: DeliveryView | None = None  # delivery risk (bidders)
     # the designer's market view
     designer_stats: DesignerStats | None = None
+    # feedback on the seat's own previous action (None before its first action), from that
+    # step's info: left out of the transcript's obs digest, as closed_offers (FEEDBACK_FIELDS)
+    last_action: LastActionView | None = None
 
     def to_prompt(self) -> str:
         """A compact text rendering for LLM seats (JSON sections with short headings).
@@ -235,6 +274,7 @@ class Observation(BaseModel):
             f"You are {self.seat} ({self.role}) in a GPU capacity market. Round {self.round} "
             f"(rounds are numbered 0..{self.rounds_total - 1}; deadlines and deliveries use these numbers), "
             f"phase: {self.phase}.",
+            *([self.last_action.sentence()] if self.last_action is not None else []),
             f"Legal action types now: {', '.join(self.legal_actions)}.",
             f"Mechanism in force: {dump(self.mechanism)}",
             f"This round: {self.capacity} blocks released, block reliability {self.reliability:.2f}, "
@@ -258,6 +298,11 @@ class Observation(BaseModel):
                     if o.message
                 ],
                 f"Your open offers: {dump(self.offers_sent or [])}",
+                *(
+                    [f"Your offers closed this round: {dump(self.closed_offers, 'message')}"]
+                    if self.closed_offers
+                    else []
+                ),
                 f"Your forward contracts: {dump(self.contracts or [])}",
                 f"Your coalitions and invitations: {dump(self.coalitions or [], 'purpose')}",
                 *[
@@ -299,6 +344,13 @@ class Observation(BaseModel):
     def to_vector(self) -> np.ndarray:
         """A fixed-size float32 vector (``vector_size()`` entries) for RL policies."""
         return observation_vector(self, self.value_unit)
+
+
+def digest_json(obs: BaseModel) -> bytes:
+    """The JSON bytes a transcript's ``obs_digest`` hashes: the observation without its
+    :data:`FEEDBACK_FIELDS` (the serializer's own bytes, as ``model_dump_json`` would give)."""
+    exclude = set(FEEDBACK_FIELDS) if isinstance(obs, Observation) else None
+    return obs.__pydantic_serializer__.to_json(obs, exclude=exclude)
 
 
 def _delivery_line(d: DeliveryView) -> str:

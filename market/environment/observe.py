@@ -7,9 +7,10 @@ round ends are built once per round and seat; the mechanism's view once per mech
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from market.core.coalitions import Coalition, CoalitionBook
 from market.core.collusion import SUSPECTED
@@ -28,6 +29,7 @@ from market.environment.observations import (
     DeliveryView,
     DesignerStats,
     JobView,
+    LastActionView,
     MarketResultView,
     MechanismView,
     MessageView,
@@ -59,6 +61,7 @@ class MarketState(Protocol):
     prices: list[float]
     results: list[RoundResult]
     designer_history: dict[str, list[float]]
+    infos: dict[str, dict[str, object]]  # each seat's last step info (its last action's verdict)
 
 
 @dataclass(slots=True)
@@ -80,7 +83,11 @@ class SeatViews:
     def __init__(self) -> None:
         self._round_cache: dict[Hashable, object] = {}
         self._mech_views: dict[bool, tuple[Mechanism, MechanismView]] = {}
-        self._seat_cache: dict[str, tuple[tuple[int, str, bool], Observation]] = {}
+        self._seat_cache: dict[
+            str, tuple[tuple[int, str, bool], LastActionView | None, Observation]
+        ] = {}
+        # each seat's last-action view, kept with the info dict it was read from (see last_action)
+        self._last: dict[str, tuple[object, LastActionView | None]] = {}
         # a message's view is the same for every seat that may see it: built once per message
         # (keyed by id, the message kept alongside so its id cannot be reused while cached)
         self._message_views: dict[int, tuple[Message, MessageView]] = {}
@@ -94,9 +101,11 @@ class SeatViews:
         """``agent``'s observation, rebuilt only when the state it can see may have changed: after
         a valid action other than wait (the env's state ``version``) and at round boundaries."""
         key = (version, env.phase, acting)
+        last = self.last_action(env, agent)
         cached = self._seat_cache.get(agent)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        # a refused action or a wait leaves the version alone: the verdict must still show
+        if cached is not None and cached[0] == key and cached[1] is last:
+            return cached[2]
         world = env.world
         if self._shared is None or self._shared[0] != world.reputation_version:
             # the active labs change only where new_round() drops this; reputations only
@@ -107,8 +116,19 @@ class SeatViews:
             )
         legal = list(LEGAL[env.phase]) if acting else []
         obs = self.observation(env, agent, legal, dict(self._shared[1]))
-        self._seat_cache[agent] = (key, obs)
+        self._seat_cache[agent] = (key, last, obs)
         return obs
+
+    def last_action(self, env: MarketState, agent: str) -> LastActionView | None:
+        """The verdict on ``agent``'s previous step (:func:`last_action_view`), built once per
+        step: the env gives each step a new info dict, kept here so its id is not reused."""
+        info = env.infos.get(agent)
+        cached = self._last.get(agent)
+        if cached is not None and cached[0] is info:
+            return cached[1]
+        view = None if info is None else last_action_view(info, env.scenario)
+        self._last[agent] = (info, view)
+        return view
 
     def new_round(self) -> None:
         """Forget the per-round views (a round started, or a lab left)."""
@@ -192,12 +212,15 @@ class SeatViews:
             book = env.book
             received: list[OfferView] = []
             sent: list[OfferView] = []
-            for o in book.offers.values():  # one pass for both lists, each in book order
-                if o.status == "open" and (o.recipient == me or o.sender == me):
+            closed: list[OfferView] = []  # this round's: the book forgets them at its end
+            for o in book.offers.values():  # one pass for all lists, each in book order
+                if o.recipient == me or o.sender == me:
                     view = offer_view(world, o)
-                    if o.recipient == me:
+                    if o.status != "open":
+                        closed.append(view)
+                    elif o.recipient == me:
                         received.append(view)
-                    if o.sender == me:
+                    else:
                         sent.append(view)
             fields.update(
                 budget=lab.budget,
@@ -207,6 +230,7 @@ class SeatViews:
                 jobs=fixed.jobs,
                 offers_received=received,
                 offers_sent=sent,
+                closed_offers=closed,
                 contracts=[
                     fast_model(
                         ContractView,
@@ -227,6 +251,7 @@ class SeatViews:
                 ],
                 delivery=self._delivery_view(env, me),
             )
+        fields["last_action"] = self.last_action(env, agent)
         return fast_model(Observation, **fields)
 
     def _round_views(self, env: MarketState, agent: str) -> RoundViews:
@@ -337,6 +362,26 @@ class SeatViews:
         view = fast_model(MechanismView, **fields)
         self._mech_views[is_designer] = (mech, view)
         return view
+
+
+def last_action_view(info: dict[str, object], scenario: Scenario) -> LastActionView | None:
+    """The verdict in a seat's last step ``info`` (None if it has not acted yet): the action
+    type, whether the env accepted it, the env's reason and the penalty when it did not, and the
+    result it reported. Results are small dicts of ids and counts, copied as JSON."""
+    action, error = info.get("action"), info.get("error")
+    if action is None and error is None:
+        return None
+    result = info.get("result")
+    return fast_model(
+        LastActionView,
+        round=int(cast(int, info.get("round", 0))),
+        phase=str(info.get("phase", "")),
+        action_type=None if action is None else str(action),
+        accepted=error is None,
+        error=None if error is None else str(error),
+        penalty=0.0 if error is None else scenario.rewards.invalid_action_penalty,
+        result=json.loads(json.dumps(result, default=str)) if isinstance(result, dict) else None,
+    )
 
 
 def shock_views(world: World, shocks: list[Shock], now: int, me: int) -> list[ShockView]:

@@ -33,6 +33,7 @@ from market.core import settlement
 from market.core.judge import JudgeHistory
 from market.core.seats import bidder_seat
 from market.environment.aec import raw_env
+from market.environment.observations import digest_json
 from market.record.reader import (
     Transcript,
     decode_action,
@@ -151,8 +152,9 @@ def scenario_of(t: Transcript) -> Scenario:
 
 def obs_digest(obs: Any) -> str:
     """The 16-hex SHA-256 digest of an observation, as the recorder writes ``obs_digest``."""
-    data = obs.model_dump_json() if isinstance(obs, BaseModel) else repr(obs)
-    return hashlib.sha256(data.encode("utf-8", errors="replace")).hexdigest()[:16]
+    # feedback fields (the last action's verdict) are left out: observations.FEEDBACK_FIELDS
+    data = digest_json(obs) if isinstance(obs, BaseModel) else repr(obs).encode("utf-8", "replace")
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def rebuild_env(t: Transcript) -> tuple[Any, bool]:

@@ -29,6 +29,7 @@ from agents.specs_redact import redact_spec, redact_text
 from market.core import judge
 from market.core.actions import ActionParseError, parse_action
 from market.core.seats import DESIGNER
+from market.environment.observations import digest_json
 from market.record.schema import (
     GENESIS,
     SCHEMA_VERSION,
@@ -356,8 +357,8 @@ class EpisodeRecorder:
         # a model's JSON bytes straight from its serializer: model_dump_json() is these bytes
         # decoded, and they are valid UTF-8, so the digest is that of model_dump_json()'s text
         try:
-            data = (
-                obs.__pydantic_serializer__.to_json(obs)
+            data = (  # feedback fields left out (observations.FEEDBACK_FIELDS)
+                digest_json(obs)
                 if isinstance(obs, BaseModel)
                 else repr(obs).encode("utf-8", errors="replace")
             )
