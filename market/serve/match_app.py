@@ -9,9 +9,12 @@ Endpoints (JSON; the protocol for agent authors is docs/remote-agents.md):
 - ``DELETE /matches/{id}`` with the owner token: cancel the match (its transcript ends with the
   ``aborted`` footer, its seats see ``aborted``);
 - ``GET /matches/{id}/seat?wait=S`` with ``Authorization: Bearer TOKEN``: the token's seat, and its
-  observation (structured and ``to_prompt`` text) and legal-action JSON schema when it is its
-  turn; waits up to ``S`` seconds (at most 30) for the turn;
-- ``POST /matches/{id}/seat/action`` with the token: ``{"turn": N, "action": {...}}``;
+  observation (structured and ``to_prompt`` text), legal-action JSON schema and ``guide`` (the
+  verdict on its last action, the story since, the actions valid now:
+  :mod:`~market.serve.seat_guide_view`) when it is its turn; waits up to ``S`` seconds (at most
+  30) for the turn;
+- ``POST /matches/{id}/seat/action`` with the token: ``{"turn": N, "action": {...}}``, answered
+  ``received`` (the env's verdict comes in the seat's next view);
 - ``GET /matches/{id}``: the spectators' view (public only); ``GET /matches/{id}/live``: the live
   view page, fed by ``GET /matches/{id}/live/events`` (server-sent events; public only); ``GET /matches/{id}/transcript``
   with the owner token (the match's creator's): the transcript once the match has ended.

@@ -12,6 +12,8 @@ The rules of a remote seat's turn:
   the observation of the current turn and answers with an action carrying that turn number;
 - an answer for any other turn (an old turn replayed, a guess at a future one) is refused and
   changes nothing; so is an action that does not parse or whose type is not legal in the phase;
+- an action taken is answered ``received``: the env judges it when it plays it, and the seat's
+  next view carries the verdict (``last_action``) with its ``guide`` (:mod:`.seat_guide_view`);
 - a seat that has not answered within ``turn_deadline`` seconds plays the runner's fallback action
   (:func:`market.run.rollout.fallback_action`), counted as a timeout in the episode's tallies, the
   seat's ``stats`` and the transcript step's ``agent_error``;
@@ -64,6 +66,7 @@ from market.environment import Observation
 from market.record.reader import read_progress
 from market.run.deadlines import AgentTimeout
 from market.run.rollout import EpisodeResult, arun_episode, resolve_seats
+from market.serve.seat_guide_view import SeatGuide
 from scenarios import builtin_names, load_scenario
 from scenarios.schema import Scenario
 
@@ -113,9 +116,12 @@ class RemoteSeat(BaseAgent):
     name = REMOTE
     roles = frozenset({"bidder", "designer"})
 
-    def __init__(self, seat: str, turn_deadline: float, seed_key: bytes) -> None:
+    def __init__(
+        self, seat: str, turn_deadline: float, seed_key: bytes, transcript: Path | None = None
+    ) -> None:
         super().__init__()
         self.seat = seat
+        self.guide = SeatGuide(seat, transcript)  # what its view tells a person, turn by turn
         self.turn_deadline = turn_deadline
         self._seed_key = seed_key  # the match's secret: never shown, never written
         self.seat_seed: int | None = None  # the seed the client is shown (shown_seat_seed)
@@ -140,7 +146,7 @@ class RemoteSeat(BaseAgent):
         answer: asyncio.Future[ActionModel] = loop.create_future()
         # the env is idle while this seat is asked: its observation is drawn on a thread once,
         # not on the loop at every poll (a large market's prompt takes milliseconds)
-        view = await asyncio.to_thread(turn_view, observation, self.seat == DESIGNER)
+        view = await asyncio.to_thread(turn_view, observation, self.seat == DESIGNER, self.guide)
         self.pending = PendingTurn(
             turn, observation, time.monotonic() + self.turn_deadline, answer, view
         )
@@ -164,13 +170,16 @@ class RemoteSeat(BaseAgent):
         self.changed = asyncio.Event()
 
 
-def turn_view(obs: Observation, designer: bool) -> dict[str, Any]:
-    """What a seat's view adds on its turn: its observation, prompt and legal actions."""
+def turn_view(obs: Observation, designer: bool, guide: SeatGuide | None = None) -> dict[str, Any]:
+    """What a seat's view adds on its turn: its observation, prompt, legal actions and ``guide``
+    (:mod:`market.serve.seat_guide_view`: the verdict on its last action, the story since, the
+    actions valid now, the screen; ``guide`` is called once per turn, in order)."""
     return {
         "observation": obs.model_dump(mode="json"),
         "prompt": obs.to_prompt(),
         "legal_actions": list(obs.legal_actions),
         "legal_action_schema": legal_action_schema(obs.legal_actions, designer),
+        "guide": None if guide is None else guide.view(obs),
     }
 
 
@@ -260,8 +269,9 @@ class Match:
         self.seed = config.seed if config.seed is not None else secrets.randbits(SEED_BITS)
         self.scenario, specs = lineup if lineup is not None else check_lineup(config, policy)
         seed_key = secrets.token_bytes(32)  # keys the seat seeds shown: never leaves the server
+        self.transcript = transcript_dir / f"{match_id}.jsonl"
         self.remote = {
-            seat: RemoteSeat(seat, config.turn_deadline, seed_key)
+            seat: RemoteSeat(seat, config.turn_deadline, seed_key, self.transcript)
             for seat, spec in specs.items()
             if spec == REMOTE
         }
@@ -269,7 +279,6 @@ class Match:
         self.tokens = {seat: secrets.token_urlsafe(32) for seat in self.remote}
         # the creator's token: reads the transcript (every seat's actions and private state)
         self.owner_token = secrets.token_urlsafe(32)
-        self.transcript = transcript_dir / f"{match_id}.jsonl"
         self.task: asyncio.Task[EpisodeResult] | None = None
         self.result: EpisodeResult | None = None
         self.error: str | None = None
@@ -371,7 +380,7 @@ class Match:
         elif self.status == "running":
             view["status"] = "waiting"
         if self.result is not None:
-            view["return"] = self.result.returns.get(seat)
+            view.update({"return": self.result.returns.get(seat), "guide": box.guide.final()})
         elif self.error is not None and self.error.startswith("cancelled"):
             view["error"] = self.error  # the server's own words (a failure's text may be private)
         return view
@@ -407,7 +416,8 @@ class Match:
         except (ActionParseError, ActionError) as exc:
             raise MatchError(422, str(exc)[:500]) from None
         pending.answer.set_result(action)
-        return {"accepted": True, "match_id": self.id, "seat": seat, "turn": turn}
+        # received, not yet judged: the env's verdict is the next turn's guide.last_action
+        return {"received": True, "match_id": self.id, "seat": seat, "turn": turn}
 
     # -- public view -------------------------------------------------------------------------
 
