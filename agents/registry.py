@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -95,6 +96,13 @@ SPEC_HELP = (
     "remote?url=http://HOST:PORT&token_env=VAR (an agent service)"
 )
 
+#: the specs ``gpumarket agents`` lists after the named agents (they take parameters)
+OTHER_SPECS = (
+    "py:package.module:ClassName?..., llm:openai?model=...&base_url=..., llm:hf?path=..., "
+    "torch_policy?path=CHECKPOINT (a policy from gpumarket train), "
+    "remote?url=http://HOST:PORT&token_env=VAR (an agent service)"
+)
+
 
 def _coerce(value: str) -> Any:
     """Query-string values to Python: true/false, integers and floats; anything else stays text."""
@@ -128,10 +136,56 @@ def plugins() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+#: what ``gpumarket agents`` shows for an agent whose class has no docstring of its own
+NO_DESCRIPTION = "(no description: give the class a docstring; its first paragraph is shown here)"
+# reST in docstrings: :role:`target`, :role:`Title <target>`, ``code``, `text`, `link <url>`_,
+# **strong**, *emphasis*, \-escapes and a paragraph's closing "::"
+_ROLE = re.compile(r":[A-Za-z][\w.+-]*(?::[\w.+-]+)*:`([^`]+)`")
+_LINK = re.compile(r"`([^`<]+?)\s*<[^>`]+>`__?")
+_LITERAL = re.compile(r"``(.+?)``")
+_INTERPRETED = re.compile(r"`([^`]+)`_{0,2}")
+_STRONG = re.compile(r"\*\*(\S(?:.*?\S)?)\*\*")
+_EMPHASIS = re.compile(r"(?<![\w*])\*(\S(?:[^*]*?\S)?)\*(?![\w*])")
+
+
+def _role_text(match: re.Match[str]) -> str:
+    text = match.group(1).strip()
+    if text.endswith(">") and "<" in text:  # :role:`Title <target>` shows the title
+        return text[: text.index("<")].strip()
+    text = text.lstrip("!")
+    if text.startswith("~"):  # :func:`~pkg.mod.name` shows the last component
+        return text[1:].rsplit(".", 1)[-1]
+    return text.lstrip(".")
+
+
+def plain_text(text: str) -> str:
+    """reST inline markup stripped to the words a reader sees, on one line."""
+    text = _ROLE.sub(_role_text, text)
+    text = _LINK.sub(r"\1", text)
+    text = _LITERAL.sub(r"\1", text)
+    text = _INTERPRETED.sub(r"\1", text)
+    text = _STRONG.sub(r"\1", text)
+    text = _EMPHASIS.sub(r"\1", text)
+    text = re.sub(r"\\(.)", r"\1", text)
+    text = " ".join(text.split())
+    return text[:-1] if text.endswith("::") else text
+
+
+def description(factory: object) -> str:
+    """What ``gpumarket agents`` says of an agent: the first paragraph of its class's own
+    docstring (not one inherited from a base class) as plain text on one line, or
+    :data:`NO_DESCRIPTION`."""
+    own = vars(factory).get("__doc__") if isinstance(factory, type) else factory.__doc__
+    if not isinstance(own, str) or not own.strip():
+        return NO_DESCRIPTION
+    return plain_text(inspect.cleandoc(own).split("\n\n")[0]) or NO_DESCRIPTION
+
+
 @dataclass(frozen=True)
 class PluginStatus:
-    """One installed plug-in, loaded: its entry point, the seats it fills and its first doc line,
-    or ``error`` (why it is broken: the import failed, or it is not an agent)."""
+    """One installed plug-in, loaded: its entry point, the seats it fills and its description
+    (:func:`description`), or ``error`` (why it is broken: the import failed, or it is not an
+    agent)."""
 
     name: str
     target: str  # the entry point's ``package.module:ClassName``
@@ -156,10 +210,7 @@ def plugin_status() -> list[PluginStatus]:
         if not roles:
             out.append(PluginStatus(name, ep.value, error="loads, but is not an agent (no roles)"))
             continue
-        doc = (getattr(factory, "__doc__", None) or "").strip()
-        out.append(
-            PluginStatus(name, ep.value, tuple(sorted(roles)), doc.splitlines()[0] if doc else "")
-        )
+        out.append(PluginStatus(name, ep.value, tuple(sorted(roles)), description(factory)))
     return out
 
 

@@ -12,7 +12,7 @@ Ground rules shared by every class here:
   what it saw in earlier turns (that memory is cleared by ``reset``);
 * its only randomness is ``self.rng``, seeded by ``reset(seed)``;
 * a block's *value* this round is its job's value per block times this round's reliability,
-  the expected progress value of one more block (as in :func:`agents.scripted.marginal_values`);
+  the expected progress value of one more block (as in :func:`market.environment.marginal_values`);
 * a bid schedule never has more units than the round's capacity (the unit limit when the
   scenario leaves ``capacity.max_units_per_bid`` at 0, as every built-in scenario does) and
   never adds up to more than the budget, so it is always a valid ``bid``.

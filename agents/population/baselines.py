@@ -20,7 +20,7 @@ from agents.population.common import (
     unit_limit,
 )
 from agents.population.planning import MarketMemory
-from agents.scripted import WAIT, affordable, marginal_values
+from agents.scripted import WAIT
 from market.core.actions import (
     AcceptOffer,
     ActionModel,
@@ -31,13 +31,13 @@ from market.core.actions import (
     SendMessage,
 )
 from market.core.seats import lab_index
-from market.environment import Observation
+from market.environment import Observation, affordable, marginal_values
 
 
 class ShaderBidder(StatefulAgent):
     """Bids the Bayes-Nash shaded amount of each block's value for the mechanism in force.
 
-    Values are :func:`agents.scripted.marginal_values`. Under ``first_price`` each unit is bid
+    Values are :func:`market.environment.marginal_values`. Under ``first_price`` each unit is bid
     at the symmetric equilibrium for ``len(active_labs)`` bidders and the value range estimated
     by :class:`ValueRange`; under ``second_price``, ``vcg``, ``posted_price`` and
     ``fair_share`` it bids its values (see :func:`shade` for why, per type). Never negotiates.
@@ -213,7 +213,7 @@ class DropoutBidder(StatefulAgent):
 class ExploiterBidder(StatefulAgent):
     """Probes the mechanism for the cheapest price that still wins, and reneges when it pays.
 
-    Bidding (values are :func:`agents.scripted.marginal_values`):
+    Bidding (values are :func:`market.environment.marginal_values`):
 
     * ``second_price`` with a last clearing price it can see (revealed, or rebuilt from revealed
       competing bids) above the floor: bids ``last price + step`` for units worth more than

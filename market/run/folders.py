@@ -1,6 +1,12 @@
 """Run folders: a run's manifest (configuration and its hash), the results and rounds files,
 and resuming (which seeds a folder already holds complete). See :mod:`market.run.runner` for
 what a run folder holds.
+
+A folder holds one configuration: the scenario (less the run-only keys), every seat's spec
+(secrets masked) and the code of every seat's agent (:mod:`market.run.agent_code`: its class,
+its distribution and version, the hashes of its modules' source). A run whose configuration
+differs is refused with the first difference named (a seat, a scenario key, an agent whose code
+changed), never mixed in; ``fresh`` starts the folder over.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from agents.registry import AgentSpecError, make_agent
 from agents.specs_redact import redact_spec
 from market.core.seats import DESIGNER
 from market.record.replay import first_difference
+from market.run.agent_code import agents_code, describe_code_change
 from market.run.jobs import EpisodeJob, EpisodeLines, RunConfigError, episode_lines, json_line
 from market.run.rollout import resolve_seats, with_agent_timeout
 from market.version import __version__
@@ -44,14 +51,19 @@ def shown_seats(seats: Mapping[str, str]) -> dict[str, str]:
     return {seat: redact_spec(spec) for seat, spec in seats.items()}
 
 
-def config_hash(scenario: Scenario, seats: Mapping[str, str]) -> str:
-    """A hash of everything an episode's rows depend on besides the seed. Specs are hashed with
-    their secrets masked: a new token for the same agent service is the same run (and the
-    hash, which rows and the manifest carry, is no test for guessing the token)."""
-    payload = {
+def config_hash(
+    scenario: Scenario, seats: Mapping[str, str], code: Mapping[str, Any] | None = None
+) -> str:
+    """A hash of everything an episode's rows depend on besides the seed: the scenario, the seat
+    specs and the agents' code (``code``: :func:`market.run.agent_code.agents_code`). Specs are
+    hashed with their secrets masked: a new token for the same agent service is the same run
+    (and the hash, which rows and the manifest carry, is no test for guessing the token)."""
+    payload: dict[str, Any] = {
         "scenario": scenario.model_dump(mode="json", exclude=NOT_CONFIG),
         "seats": dict(sorted(shown_seats(seats).items())),
     }
+    if code is not None:
+        payload["agent_code"] = code
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -65,6 +77,14 @@ def scenario_digest(scenario: Scenario) -> str:
 
 def check_seats(scenario: Scenario, seats: Mapping[str, Any] | None) -> dict[str, str]:
     """Every seat's spec (scenario defaults plus ``seats``), each checked by building it once."""
+    return built_seats(scenario, seats)[0]
+
+
+def built_seats(
+    scenario: Scenario, seats: Mapping[str, Any] | None
+) -> tuple[dict[str, str], dict[str, type[Any]]]:
+    """:func:`check_seats`, plus the class of the agent each seat's spec built (whose code the
+    run folder records)."""
     for seat, spec in (seats or {}).items():
         if not isinstance(spec, str):
             raise RunConfigError(
@@ -72,15 +92,16 @@ def check_seats(scenario: Scenario, seats: Mapping[str, Any] | None) -> dict[str
                 "'py:package.module:Class?key=value'), so that worker processes can build the "
                 f"agent and the run folder can record it; got {type(spec).__name__}"
             )
+    types: dict[str, type[Any]] = {}
     try:
         resolved = resolve_seats(scenario, seats)
         for seat, spec in resolved.items():
-            make_agent(spec, "designer" if seat == DESIGNER else "bidder")
+            types[seat] = type(make_agent(spec, "designer" if seat == DESIGNER else "bidder"))
     except AgentSpecError as exc:
         raise RunConfigError(str(exc)) from None
     except ValueError as exc:
         raise RunConfigError(str(exc)) from None
-    return resolved
+    return resolved, types
 
 
 def _scenario(scenario: str | Path | Scenario) -> Scenario:
@@ -101,6 +122,8 @@ class RunFolder:
     config: str
     transcripts: bool
     digest_every: int
+    #: agent name -> the code it runs (:func:`market.run.agent_code.agents_code`)
+    code: dict[str, Any] = field(default_factory=dict)
     done: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     rounds: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
@@ -120,6 +143,7 @@ class RunFolder:
             "scenario_name": self.scenario.name,
             "scenario_digest": scenario_digest(self.scenario),
             "seats": shown_seats(self.seats),
+            "agent_code": self.code,
             "scenario": self.scenario.model_dump(mode="json"),
             "package_version": __version__,
         }
@@ -200,7 +224,9 @@ def _describe_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
     diff = first_difference(config(old.get("scenario")), config(new["scenario"]), "scenario")
     if diff is not None:
         return f"{diff[0]} is {diff[1]!r} there but {diff[2]!r} now"
-    return "its configuration differs"
+    return describe_code_change(old.get("agent_code"), new["agent_code"]) or (
+        "its configuration differs"
+    )
 
 
 def _load(folder: RunFolder, fresh: bool) -> None:
@@ -289,10 +315,18 @@ def open_folder(
         sc = with_agent_timeout(sc, agent_timeout)
     except ValueError as exc:
         raise RunConfigError(str(exc)) from None
-    resolved = check_seats(sc, seats)
+    resolved, types = built_seats(sc, seats)
+    code = agents_code(resolved, types)
     seed_list = list(dict.fromkeys(int(s) for s in seeds))
     folder = RunFolder(
-        Path(out_dir), sc, resolved, seed_list, config_hash(sc, resolved), transcripts, digest_every
+        Path(out_dir),
+        sc,
+        resolved,
+        seed_list,
+        config_hash(sc, resolved, code),
+        transcripts,
+        digest_every,
+        code,
     )
     _load(folder, fresh)
     return folder

@@ -9,8 +9,9 @@
 What a run folder holds:
 
 * ``run.json``: the manifest. The resolved scenario, the seat specs (every seat, defaults
-  included) and ``config_hash``, a hash of both. One folder holds one configuration: a run with
-  another scenario or other seats is refused (:class:`RunConfigError`) instead of mixed in.
+  included), each agent's code (:mod:`market.run.agent_code`) and ``config_hash``, a hash of
+  all three. One folder holds one configuration: a run with another scenario, other seats or an
+  edited agent is refused (:class:`RunConfigError`) instead of mixed in.
 * ``results.jsonl``: one JSON row per (episode, seat), appended and flushed as each episode
   finishes (all rows of an episode in one write): return, reward components, invalid actions,
   decisions, agent errors, timeouts, fallbacks and repairs, tokens and the agent's other stats,

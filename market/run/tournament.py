@@ -14,7 +14,9 @@ Every finished episode is appended to ``DIR/matches.jsonl`` as one JSON line (id
 returns). Ratings are recomputed from that file in schedule order, so they are a deterministic
 function of the match list: a run that stops half way and is started again plays only the
 missing episodes and ends with the same table as an uninterrupted run, serial or parallel.
-``DIR/manifest.json`` records the configuration and refuses to mix two tournaments in one folder.
+``DIR/manifest.json`` records the configuration, and the code of every agent it seats
+(:mod:`market.run.agent_code`), and refuses to mix two tournaments, or two versions of an agent,
+in one folder.
 
     >>> cfg = TournamentConfig("market_round", bidders=("truthful", "random_valid"),
     ...                        designers=("fixed", "rule_designer"), seeds=(0, 1, 2))
@@ -34,6 +36,7 @@ from typing import Any
 from openskill.models import PlackettLuce
 
 from market.core.seats import DESIGNER
+from market.run.agent_code import describe_code_change
 from market.run.conduct_table import seat_score, summarize
 from market.run.health import judge_counts, seat_counts
 from market.run.ray_backend import RayBackendError, ray_map
@@ -259,10 +262,14 @@ def check_manifest(out: Path, manifest: dict[str, Any]) -> None:
             )
         return
     differ = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
+    if "agent_code" in differ and len(differ) > 1:  # other agents: their code differs with them
+        differ.remove("agent_code")
     if differ:
+        code = describe_code_change(old.get("agent_code"), manifest.get("agent_code") or {})
+        why = f": {code}" if "agent_code" in differ and code else ""
         raise TournamentError(
             f"{out} holds a tournament with another configuration (differs in: "
-            f"{', '.join(differ)}); use another --out or delete that folder"
+            f"{', '.join(differ)}{why}); use another --out or delete that folder"
         )
 
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.registry import make_agent
+from agents.registry import AgentSpecError, make_agent
 from market.core.seats import DESIGNER
+from market.run.agent_code import agents_code
 from market.run.rollout import default_seats
 from scenarios import load_scenario
 from scenarios.schema import RUN_ONLY_KEYS, Scenario
@@ -99,7 +100,23 @@ class Plan:
             "house_designer": self.house_designer,
             "populations": self.populations,
             "matches": len(self.matches),
+            "agent_code": self.agent_code(),
         }
+
+    def agent_code(self) -> dict[str, Any]:
+        """Every agent the tournament seats, with the code it runs
+        (:mod:`market.run.agent_code`): a folder resumed after an agent was edited is refused
+        instead of mixing two versions of it."""
+        specs = {*self.bidders, *self.designers}
+        if self.house_designer:
+            specs.add(self.house_designer)
+        for lineup in self.populations.values():
+            specs.update(lineup.values())
+        try:
+            types = {spec: type(make_agent(spec)) for spec in sorted(specs)}
+        except AgentSpecError as exc:
+            raise TournamentError(str(exc).splitlines()[0]) from None
+        return agents_code({spec: spec for spec in types}, types)
 
 
 def bidder_seats(scenario: Scenario) -> list[str]:

@@ -334,3 +334,44 @@ def test_cli_bad_scenario_file_is_one_line(
     err = capsys.readouterr().err
     assert "key 'rounds'" in err and "key 'labs.cuont'" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------- edited agents
+EDITED_AGENT = '''from agents.scripted import TruthfulBidder
+
+
+class Steady(TruthfulBidder):
+    """Bids its values."""
+
+    name = "steady"
+    margin = 0.5
+'''
+
+
+def test_a_tournament_resumed_after_an_agent_was_edited_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest holds every seated agent's code (market/run/agent_code.py): an edited py:
+    agent is refused by name, the same code resumes."""
+    src = tmp_path / "src"
+    src.mkdir()
+    module = src / "steady_tournament.py"
+    module.write_text(EDITED_AGENT)
+    monkeypatch.syspath_prepend(str(src))
+    cfg = config(bidders=("truthful", "py:steady_tournament:Steady"), designers=(), seeds=(0,))
+    out = tmp_path / "t"
+    first = run_tournament(cfg, out, max_matches=1)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert list(manifest["agent_code"]["py:steady_tournament:Steady"]["modules"]) == [
+        "steady_tournament"
+    ]
+    module.write_text(EDITED_AGENT.replace("margin = 0.5", "margin = 0.9"))
+    with pytest.raises(TournamentError) as err:
+        run_tournament(cfg, out)
+    assert "agent 'py:steady_tournament:Steady' has other code now" in str(err.value)
+    assert "steady_tournament" in str(err.value) and "\n" not in str(err.value)
+    module.write_text(EDITED_AGENT)  # the same bytes again: the same agent, it resumes
+    rest = run_tournament(cfg, out)
+    assert rest.total == first.total and len((out / MATCHES_FILE).read_text().splitlines()) == (
+        rest.total
+    )

@@ -5,7 +5,9 @@ file with everything inline: CSS, SVG plots (clearing price, welfare ratio, each
 components over the episode's steps), an SVG graph of trades, coalitions and private messages
 between labs, and one section per round (mechanism, bids, clearing, allocations, payments,
 shocks, judge verdicts with rationales, the round's actions). It needs no server and no network
-and opens from ``file://``.
+and opens from ``file://``. Every table and chart of rewards says their unit: a lab's rewards are
+credits ÷ the scenario's ``rewards.value_unit`` (read from the transcript's header, or a run
+folder's ``run.json``), the designer's a unitless score (:func:`reward_units_note`).
 
 Transcript text is untrusted (LLM output, pitches, messages, even seat names): every string goes
 through :func:`esc` on its way into the page, the page carries no script at all, and a strict
@@ -97,6 +99,8 @@ from market.record.report.views import (
     ev_ok,
     interaction_counts,
     quiet,
+    reward_unit,
+    reward_units_note,
     round_components,
     round_starts,
     seat_of,
@@ -154,6 +158,8 @@ __all__ = [
     "load_episodes",
     "preformatted",
     "quiet",
+    "reward_unit",
+    "reward_units_note",
     "round_components",
     "round_section",
     "round_starts",

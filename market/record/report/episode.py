@@ -84,6 +84,14 @@ class Episode:
         return self.header.get("seed")
 
     @property
+    def value_unit(self) -> float | None:
+        """Credits per reward unit (the scenario's ``rewards.value_unit``), when the header
+        records the scenario."""
+        rewards = as_mapping(as_mapping(self.header.get("scenario")).get("rewards"))
+        unit = rewards.get("value_unit")
+        return float(unit) if is_number(unit) and math.isfinite(unit) and unit > 0 else None
+
+    @property
     def seats(self) -> dict[str, str]:
         """Seat -> agent description (spec and model when known), in seat order."""
         out: dict[str, str] = {}

@@ -37,15 +37,26 @@ from market.record.report.tables import events_table, round_section
 from market.record.report.views import (
     CONDUCT_COLUMNS,
     EDGE_KINDS,
+    axis_unit,
     component_names,
     conduct_rows,
     cumulative_components,
     interaction_counts,
+    reward_units_note,
     round_starts,
 )
 from market.run.conduct_table import CONDUCT_HEADERS, conduct_cells, seat_score, summarize
 from market.run.health import WARN_SHARE, SeatHealth, from_episodes, over_share, warnings
 from market.run.rollout import mean_ci95
+
+
+def units_note(units: Mapping[str, float | None]) -> Safe:
+    """The paragraph that says what a reward is in (:func:`reward_units_note`)."""
+    return h("p", reward_units_note(units), class_="muted units")
+
+
+def _units(episodes: Sequence[Episode]) -> dict[str, float | None]:
+    return {ep.scenario: ep.value_unit for ep in episodes}
 
 
 def episode_section(ep: Episode, idx: int, public: bool = False) -> Safe:
@@ -121,6 +132,7 @@ def episode_section(ep: Episode, idx: int, public: bool = False) -> Safe:
             y_range=(0.0, 1.0),
         ),
     ]
+    units = _units([ep])
     seat_plots: list[Safe] = []
     marks = [(float(step), f"r{r}") for r, step in round_starts(ep)]
     last_step = float(max((e.step for e in ep.events), default=0))
@@ -139,7 +151,7 @@ def episode_section(ep: Episode, idx: int, public: bool = False) -> Safe:
                 series,
                 plot_id=f"rewards-{seats.index(seat)}",
                 x_label="step (r = round start)",
-                y_label="reward",
+                y_label=f"reward ({axis_unit(units)})",
                 x_marks=marks,
                 x_range=(0.0, last_step),
                 width=440,
@@ -186,12 +198,13 @@ def episode_section(ep: Episode, idx: int, public: bool = False) -> Safe:
         [h("p", n, class_="muted") for n in ep.notes],
         h("div", meta, class_="cols"),
         h("h3", "Seats: returns and reward components"),
+        units_note(units),
         seats_table or h("p", "no seats recorded", class_="muted"),
         h("h3", f"Conduct per seat ({where}{'; judge ' + judge if judge else ''})"),
         conduct_table or h("p", "no claims, promises or manipulation flags", class_="muted"),
         h("h3", "Market over the episode"),
         h("div", plots, class_="plots"),
-        h("h3", "Reward components per seat"),
+        h("h3", f"Reward components per seat ({axis_unit(units)})"),
         h("div", seat_plots, class_="plots")
         if seat_plots
         else h("p", "no step events with rewards", class_="muted"),
@@ -210,7 +223,7 @@ def episode_section(ep: Episode, idx: int, public: bool = False) -> Safe:
         h(
             "section",
             h("h3", "Steps outside any summarised round"),
-            events_table(orphan),
+            events_table(orphan, axis_unit(units)),
             class_="round",
         )
         if orphan
@@ -320,6 +333,7 @@ def _index(episodes: Sequence[Episode]) -> Safe:
     return h(
         "section",
         h("h2", f"Episodes ({len(episodes)})"),
+        units_note(_units(episodes)) if seats else None,
         html_table(
             ["transcript", "scenario", "seed", "rounds", "steps", "welfare ratio", *seats],
             rows,
@@ -361,6 +375,7 @@ def _aggregate(episodes: Sequence[Episode]) -> Safe:
     return h(
         "section",
         h("h2", "Aggregate per seat (mean \u00b1 95% CI over episodes)"),
+        units_note(_units(episodes)),
         html_table(
             ["seat", "agent", "episodes", "return", *names],
             rows,
@@ -372,7 +387,10 @@ def _aggregate(episodes: Sequence[Episode]) -> Safe:
         h(
             "div",
             bar_chart(
-                "Mean return per seat (95% CI)", bars, plot_id="aggregate-returns", y_label="return"
+                "Mean return per seat (95% CI)",
+                bars,
+                plot_id="aggregate-returns",
+                y_label=f"return ({axis_unit(_units(episodes))})",
             ),
             class_="plots",
         ),

@@ -42,8 +42,15 @@ from typing import Any
 from agents.specs_redact import redact_spec
 from market.record.report.episode import episode_from, seat_sort_key
 from market.record.report.markup import Safe, clip, fmt, h, html_table, join
-from market.record.report.page import CSS, build_report, content_security_policy, health_box
+from market.record.report.page import (
+    CSS,
+    build_report,
+    content_security_policy,
+    health_box,
+    units_note,
+)
 from market.record.report.plots import Series, bar_chart, line_chart
+from market.record.report.views import axis_unit
 from market.run.conduct_table import CONDUCT_HEADERS, conduct_cells, summarize
 from market.run.health import from_rows
 from market.run.rollout import mean_ci95
@@ -201,7 +208,29 @@ def write_episode_page(run_dir: str | Path, seed: int, out: str | Path | None = 
     return target
 
 
-def _aggregate(rows: Sequence[Mapping[str, Any]], episodes: Sequence[EpisodeRow]) -> Safe:
+def value_units(run_dir: Path) -> dict[str, float | None]:
+    """Scenario name -> credits per reward unit (``rewards.value_unit``) from the run folder's
+    manifest (``run.json``); empty when the folder has none or it is unreadable."""
+    try:
+        manifest = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(manifest, dict):
+        return {}
+    scenario = manifest.get("scenario")
+    rewards = scenario.get("rewards") if isinstance(scenario, dict) else None
+    unit = rewards.get("value_unit") if isinstance(rewards, dict) else None
+    name = manifest.get("scenario_name")
+    if not isinstance(name, str) or not (_num(unit) > 0):
+        return {}
+    return {name: float(unit)}
+
+
+def _aggregate(
+    rows: Sequence[Mapping[str, Any]],
+    episodes: Sequence[EpisodeRow],
+    units: Mapping[str, float | None],
+) -> Safe:
     by_seat: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         by_seat[str(row.get("seat", "?"))].append(row)
@@ -237,6 +266,7 @@ def _aggregate(rows: Sequence[Mapping[str, Any]], episodes: Sequence[EpisodeRow]
     return h(
         "section",
         h("h2", "Aggregate per seat (mean \u00b1 95% CI over episodes)"),
+        units_note(units),
         html_table(
             ["seat", "agent", "episodes", "return", *names],
             table,
@@ -248,7 +278,10 @@ def _aggregate(rows: Sequence[Mapping[str, Any]], episodes: Sequence[EpisodeRow]
         h(
             "div",
             bar_chart(
-                "Mean return per seat (95% CI)", bars, plot_id="aggregate-returns", y_label="return"
+                "Mean return per seat (95% CI)",
+                bars,
+                plot_id="aggregate-returns",
+                y_label=f"return ({axis_unit(units)})",
             ),
             line_chart(
                 "Welfare ratio per episode (allocated / optimal)",
@@ -304,7 +337,11 @@ def _flags(ep: EpisodeRow) -> str:
 
 
 def _index(
-    episodes: Sequence[EpisodeRow], pages: Mapping[int, str], run_label: str, recorded: set[int]
+    episodes: Sequence[EpisodeRow],
+    pages: Mapping[int, str],
+    run_label: str,
+    recorded: set[int],
+    units: Mapping[str, float | None],
 ) -> Safe:
     seats = sorted({s for e in episodes for s in e.seats}, key=seat_sort_key)
     rows = []
@@ -337,6 +374,7 @@ def _index(
             ".",
             class_="muted",
         ),
+        units_note(units) if episodes else None,
         html_table(
             ["seed", "page", "rounds", "steps", "welfare ratio", *seats, "flags"],
             rows,
@@ -354,14 +392,19 @@ def build_run_report(
     recorded: set[int] | None = None,
     *,
     episodes: Sequence[EpisodeRow] | None = None,
+    units: Mapping[str, float | None] | None = None,
 ) -> str:
     """The run report as a string: ``pages`` maps a seed to its page's link (relative to the
     report); ``recorded`` holds the seeds with a transcript (their rows name the command that
     writes their page); ``run_label`` is the run folder as the command should name it.
-    ``episodes``: :func:`episode_rows` of ``rows``, when the caller already has them."""
+    ``episodes``: :func:`episode_rows` of ``rows``, when the caller already has them.
+    ``units``: scenario name -> credits per reward unit (:func:`value_units`); a scenario not
+    in it is said to have its unit unrecorded."""
     pages = dict(pages or {})
     episodes = episode_rows(rows) if episodes is None else episodes
     scenarios = sorted({e.scenario for e in episodes})
+    known = dict(units or {})
+    units = {name: known.get(name) for name in scenarios}
     subtitle = f"{', '.join(scenarios) or 'no scenario'}: {len(episodes)} episode(s)"
     nav = h("nav", [h("a", "aggregate", href="#aggregate"), h("a", "episodes", href="#index")])
     body = h(
@@ -370,8 +413,8 @@ def build_run_report(
         h(
             "main",
             health_box(from_rows(rows)),
-            _aggregate(rows, episodes) if rows else h("p", "no episodes", class_="muted"),
-            _index(episodes, pages, run_label, set(recorded or ())),
+            _aggregate(rows, episodes, units) if rows else h("p", "no episodes", class_="muted"),
+            _index(episodes, pages, run_label, set(recorded or ()), units),
         ),
     )
     head = h(
@@ -421,7 +464,9 @@ def write_run_report(
     on_disk = files_in(run_dir / PAGES)
     pages = {seed: f"{prefix}{seed}.html" for seed in sorted(recorded) if f"{seed}.html" in on_disk}
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = build_run_report(rows, pages, str(run_dir), recorded, episodes=episodes)
+    text = build_run_report(
+        rows, pages, str(run_dir), recorded, episodes=episodes, units=value_units(run_dir)
+    )
     target.write_text(text, encoding="utf-8")
     return RunReport(target, written)
 
@@ -476,6 +521,7 @@ __all__ = [
     "read_rows",
     "sample_seeds",
     "transcript_of",
+    "value_units",
     "write_episode_page",
     "write_pages",
     "write_run_report",

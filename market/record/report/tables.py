@@ -29,7 +29,13 @@ from market.record.report.markup import (
     preformatted,
     short_text,
 )
-from market.record.report.views import action_summary, conduct_text, quiet, round_components
+from market.record.report.views import (
+    action_summary,
+    axis_unit,
+    conduct_text,
+    quiet,
+    round_components,
+)
 
 #: a conduct entry's CSS class by its label (a manipulation flag: ``flag``)
 LABEL_CLASS = {"true": "ok", "kept": "ok", "false": "bad", "broken": "bad"}
@@ -197,10 +203,11 @@ def round_section(
     conduct = conduct_list(list(as_mapping(r.get("conduct")).get("verdicts") or []), seat=True)
     if conduct:
         body += [h("h4", "Conduct verdicts at the round's close"), conduct]
+    unit = axis_unit({ep.scenario: ep.value_unit})
     if comp_table:
-        body += [h("h4", "Reward components this round"), comp_table]
+        body += [h("h4", f"Reward components this round ({unit})"), comp_table]
     if events:
-        body += [h("h4", f"Actions ({len(events)} steps)"), events_table(events)]
+        body += [h("h4", f"Actions ({len(events)} steps)"), events_table(events, unit)]
     return h(
         "section",
         h("details", h("summary", head), body, open=True),
@@ -254,7 +261,8 @@ def delivery_table(r: Mapping[str, Any]) -> Safe | None:
     return html_table(["lab", "event", "blocks", "credits / cascade"], rows, "delivery")
 
 
-def events_table(events: list[Event]) -> Safe:
+def events_table(events: list[Event], unit: str | None = None) -> Safe:
+    """The steps' table; ``unit``: what the reward column is in (e.g. ``credits ÷ 100``)."""
     rows = []
     waits = 0
     for ev in events:
@@ -327,7 +335,14 @@ def events_table(events: list[Event]) -> Safe:
             ]
         )
     table = html_table(
-        ["step", "seat", "phase", "action", "result / error", "reward"],
+        [
+            "step",
+            "seat",
+            "phase",
+            "action",
+            "result / error",
+            f"reward ({unit})" if unit else "reward",
+        ],
         rows,
         "events",
         numeric=(0, 5),

@@ -19,6 +19,48 @@ from market.record.report.episode import (
 )
 from market.record.report.markup import clean_text, clip, fmt, short_text
 
+# --- reward units --------------------------------------------------------------------------
+
+
+def reward_unit(value_unit: float | None) -> str:
+    """What one reward unit is: ``"credits ÷ 100"`` (unknown: the scenario key's name)."""
+    if value_unit is None:
+        return "credits \u00f7 the scenario's rewards.value_unit"
+    return f"credits \u00f7 {value_unit:g}"
+
+
+def reward_units_note(units: Mapping[str, float | None]) -> str:
+    """The sentence shown with every table and chart of rewards, for ``units`` (scenario name ->
+    its ``rewards.value_unit``, None when not recorded): lab rewards are credits ÷ value_unit,
+    the designer's a score with no unit."""
+    distinct = sorted(set(units.values()), key=lambda u: (u is None, u or 0.0))
+    if len(distinct) == 1:
+        unit = distinct[0]
+        what = reward_unit(unit) + (
+            f" (the scenario's rewards.value_unit), so 1.0 is {unit:g} credits"
+            if unit is not None
+            else " (not recorded here)"
+        )
+    else:
+        what = "; ".join(
+            f"{reward_unit(u)} in {', '.join(sorted(n for n, v in units.items() if v == u))}"
+            for u in distinct
+        )
+    return (
+        f"Lab rewards, returns and reward components are in reward units: {what}; "
+        "invalid_action and talk_cost are charged in those units directly. The designer's "
+        "reward is its composite score, which has no unit."
+    )
+
+
+def axis_unit(units: Mapping[str, float | None]) -> str:
+    """A chart axis's unit: ``"credits ÷ 100"``, or ``"reward units"`` when scenarios differ
+    or the unit is not recorded."""
+    distinct = set(units.values())
+    unit = distinct.pop() if len(distinct) == 1 else None
+    return "reward units" if unit is None else reward_unit(unit)
+
+
 # --- derived views -----------------------------------------------------------------------
 
 
