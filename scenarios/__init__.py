@@ -19,11 +19,18 @@ from pydantic import ValidationError
 
 from scenarios.schema import Scenario
 
-__all__ = ["Scenario", "ScenarioError", "builtin_names", "load_scenario"]
+__all__ = ["Scenario", "ScenarioError", "builtin_names", "load_scenario", "read_table"]
 
 
 class ScenarioError(ValueError):
     """A scenario file or override is invalid; the message says where and how to fix it."""
+
+    @property
+    def problems(self) -> list[str]:
+        """One line per problem: a schema error's ``key '...': ...`` lines, or the message."""
+        lines = str(self).splitlines()
+        listed = [line.strip().removeprefix("- ") for line in lines[1:] if line.strip()]
+        return listed or [str(self)]
 
 
 def builtin_names() -> list[str]:
@@ -74,6 +81,16 @@ def _read(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[st
         except ScenarioError as exc:  # name the file whose 'extends' failed, not only the parent
             raise ScenarioError(f"{source}: key 'extends': {exc}") from None
         table = deep_merge(parent_table, table)
+    return table, source
+
+
+def read_table(name_or_path: str | Path) -> tuple[dict[str, Any], str]:
+    """The raw table of a scenario (merged over its ``extends``, not validated) and the name of
+    its source, for checks that go on where validation stopped (``gpumarket validate`` checks
+    the ``[agents]`` of a file whose other keys are wrong). :class:`ScenarioError` if the file
+    cannot be read as TOML."""
+    table, source = _read(name_or_path)
+    table.setdefault("name", Path(str(name_or_path)).stem)
     return table, source
 
 

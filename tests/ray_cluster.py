@@ -173,7 +173,7 @@ def case_kill_worker(out: Path, cluster: LocalRayCluster) -> dict[str, Any]:
         "--address",
         ADDRESS,
         "--out",
-        str(out / "kill"),
+        str(out / "kill" / "large_market"),
     ]
     results = out / "kill" / "large_market" / "results.jsonl"
     began = time.monotonic()

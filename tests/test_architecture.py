@@ -54,6 +54,31 @@ LAZY_FOR_START_UP = {
     "httpx": "the remote agent's first request",
     "networkx": "InteractionGraph.graph (the market keeps its edge counters in a dict)",
 }
+# start-up of the command line (issue 34): each command's module, and what only some commands
+# need, is imported when that command runs (market.cli.handler, market.cli.parser), so that
+# ``gpumarket --help`` and ``gpumarket agents`` load none of them (checked in a fresh interpreter)
+LAZY_FOR_COMMANDS = {
+    "market.cli.arguments": "the options of run, eval, tournament, ... (the LLM pool flags)",
+    "market.cli.run_commands": "gpumarket run, eval, tournament",
+    "market.cli.record_commands": "gpumarket train, report, show, replay",
+    "market.cli.validate_command": "gpumarket validate",
+    "market.cli.play_command": "gpumarket play",
+    "market.cli.serve_command": "gpumarket serve",
+    "market.cli.openenv_command": "gpumarket openenv",
+    "agents.registry": "gpumarket agents with a plug-in installed, and regenerating its listing",
+}
+# what --help and agents must not load: the above, and the stacks the other commands import
+NOT_FOR_HELP = (
+    *LAZY_FOR_COMMANDS,
+    "numpy",
+    "pydantic",
+    "rich",
+    "pettingzoo",
+    "scenarios",
+    "market.environment",
+    "market.run",
+    "market.record",
+)
 # what start-up must not load (checked in a fresh interpreter): the above, and what they pull in
 NOT_AT_START_UP = (
     *LAZY_FOR_START_UP,
@@ -252,9 +277,9 @@ def test_module_sizes() -> None:
 
 def lazy_allowed(name: str) -> bool:
     """An import that may sit inside a function: an optional extra, or a module of
-    :data:`LAZY_FOR_START_UP` (or one of its submodules)."""
+    :data:`LAZY_FOR_START_UP` or :data:`LAZY_FOR_COMMANDS` (or one of its submodules)."""
     return name.split(".")[0] in OPTIONAL_EXTRAS or any(
-        name == m or name.startswith(m + ".") for m in LAZY_FOR_START_UP
+        name == m or name.startswith(m + ".") for m in (*LAZY_FOR_START_UP, *LAZY_FOR_COMMANDS)
     )
 
 
@@ -287,8 +312,10 @@ def test_the_lazy_set_is_small_and_used() -> None:
                     if isinstance(node, ast.Import)
                     else [node.module or ""]
                 )
-                used |= {m for m in LAZY_FOR_START_UP for n in names if n == m}
-    assert used == set(LAZY_FOR_START_UP)
+                used |= {
+                    m for m in (*LAZY_FOR_START_UP, *LAZY_FOR_COMMANDS) for n in names if n == m
+                }
+    assert used == {*LAZY_FOR_START_UP, *LAZY_FOR_COMMANDS}
     assert not lazy_allowed("market.run.runner")
     assert not lazy_allowed("agents.llm")  # the package above a lazy module stays eager
     assert lazy_allowed("torch.nn") and lazy_allowed("agents.llm.agent")
@@ -426,10 +453,40 @@ def test_start_up_and_a_scripted_run_load_no_llm_or_http_stack(tmp_path: Path) -
     probe = json.loads(out.stdout.strip().splitlines()[-1])
     assert probe["start_up"] == []
     assert probe["code"] == 0 and probe["run"] == []
-    assert (tmp_path / "run" / "market_round" / "results.jsonl").is_file()
+    assert (tmp_path / "run" / "results.jsonl").is_file()  # --out: the run folder itself
     assert probe["remote"] == "RemoteAgent" and probe["built"] == []
     assert probe["judge_backend"] == "OpenAIBackend"
     assert {"openai", "agents.llm.backends.openai_backend"} <= set(probe["after_llm_judge"])
+
+
+HELP_PROBE = """
+import contextlib, io, json, sys
+import market.cli
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    try:
+        market.cli.main(["--help"])
+    except SystemExit as stop:
+        code = stop.code
+    agents = market.cli.main(["agents"])
+heavy = lambda: [m for m in __NOT__ if any(n == m or n.startswith(m + ".") for n in sys.modules)]
+print(json.dumps({"help": code, "agents": agents, "loaded": heavy(), "text": out.getvalue()}))
+"""
+
+
+def test_help_and_agents_load_no_command_module_and_no_env() -> None:
+    """Issue 34: ``gpumarket --help`` and ``gpumarket agents`` import none of
+    :data:`LAZY_FOR_COMMANDS` and none of the stacks the other commands import (numpy, pydantic,
+    rich, the env, the runner, the record), so they start in a fraction of the time those take.
+    Structural, never timed: ``gpumarket bench --only startup`` times them."""
+    code = HELP_PROBE.replace("__NOT__", repr(NOT_FOR_HELP))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    assert probe["help"] == 0 and probe["agents"] == 0
+    assert "rule_expert" in probe["text"] and "usage: gpumarket" in probe["text"]
+    assert probe["loaded"] == []
 
 
 def test_design_citations_name_existing_sections() -> None:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from market.bench.config import DEFAULT_THRESHOLD, SCHEMA, BenchFileError
+from market.record.console import terminal_console
 
 
 def load_report(path: Path) -> dict[str, Any]:
@@ -144,6 +144,8 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
     """Every metric grouped by section, then the skipped sections and the targets."""
     console = console or _console()
     notes = {
+        "startup": "wall seconds of a fresh interpreter running the command (median); python = "
+        "the bare interpreter",
         "steps": "scripted agents in every seat, one process, one env reused",
         "expert": "rule_expert in every bidder seat: act CPU seconds / (act + env.step CPU seconds)",
         "episodes": "run_scenario, local process pool, transcripts off; pool start-up included",
@@ -212,10 +214,9 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
 
 
 def _console() -> Any:
-    """A rich console; when the output is not a terminal (a file, CI) it is 120 columns wide
-    rather than rich's 80, so that metric names are not cut."""
-    console = Console()
-    return console if console.is_terminal else Console(width=120)
+    """The console of the tables: whole when piped or logged, records on a narrow terminal, so
+    that no metric name or figure is cut (:mod:`market.record.console`)."""
+    return terminal_console()
 
 
 def _llm_note(details: dict[str, Any] | None) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 SCHEMA = "gpumarket-bench/1"
 # Ray last: its processes keep a core busy for a few seconds after shutdown
 SECTIONS: tuple[str, ...] = (
+    "startup",
     "steps",
     "expert",
     "episodes",
@@ -33,6 +34,7 @@ TARGET_STEPS_PER_SECOND = 10_000
 TARGET_CLEARING_MS = 20.0  # clear() at 1,000 bidders
 TARGET_ENV_STEP_MS = 8.0  # the env step that closes a round at 1,000 labs
 TARGET_TRANSCRIPT_PCT = 30.0  # recording overhead with a state digest at every step
+TARGET_STARTUP_S = 0.5  # gpumarket --help and gpumarket agents, interpreter start included
 DEFAULT_THRESHOLD = 0.2
 CLEARING_NOISE_MS = 0.1  # clearing a small market takes ~0.1 ms: changes below this are noise
 #: glibc settings for the clearing timings (a fresh interpreter): keep freed memory rather than
@@ -57,6 +59,7 @@ class BenchConfig:
     """Budgets and sizes of every section. :func:`quick_config` shrinks them for smoke tests."""
 
     seconds: float = 2.0  # per scenario (steps) and per variant (transcript)
+    startup_runs: int = 11  # fresh interpreters per start-up figure (the median is reported)
     scenarios: tuple[str, ...] = ()  # steps: () means every built-in scenario
     # about 2-3 s per batch on 2 cores: shorter batches make episodes/s swing by 20%
     episode_batches: tuple[tuple[str, int], ...] = (("market_round", 600), ("large_market", 20))
@@ -97,6 +100,7 @@ def quick_config(config: BenchConfig | None = None) -> BenchConfig:
     return replace(
         config or BenchConfig(),
         seconds=0.05,
+        startup_runs=3,
         episode_batches=(("market_round", 6),),
         clearing_sizes=(10, 30, 100, 300, 1000),
         clearing_fit_min=100,

@@ -2,6 +2,8 @@
 
 Sections, each selectable with ``--only`` (see ``docs/benchmarks.md`` for how each is measured):
 
+- ``startup``: wall time of ``gpumarket --help`` and ``gpumarket agents`` in a fresh interpreter
+  (:mod:`market.bench.startup`);
 - ``steps``: AEC steps/s per built-in scenario, scripted agents in every seat, one process;
 - ``expert``: the share of the step time the rule expert's decisions take, ``rule_expert`` in
   every bidder seat, per built-in scenario (:mod:`market.bench.expert`);
@@ -17,7 +19,7 @@ Sections, each selectable with ``--only`` (see ``docs/benchmarks.md`` for how ea
   ``gpumarket serve`` on 127.0.0.1, remote decisions/s and p50/p99 step latency
   (:mod:`market.bench.serve`).
 
-Targets (2-core machine): >= 10,000 AEC steps/s in ``market_round``; clearing a 1,000-bidder,
+Targets (2-core machine): ``gpumarket --help`` and ``gpumarket agents`` in < 0.5 s; >= 10,000 AEC steps/s in ``market_round``; clearing a 1,000-bidder,
 10,000-block market in < 20 ms; clearing time growing no faster than n log n.
 
 A run is a JSON report (schema :data:`SCHEMA`): machine info and a flat list of named metrics,
@@ -57,6 +59,7 @@ from market.bench.config import (
     SECTIONS,
     TARGET_CLEARING_MS,
     TARGET_ENV_STEP_MS,
+    TARGET_STARTUP_S,
     TARGET_STEPS_PER_SECOND,
     TARGET_TRANSCRIPT_PCT,
     BenchConfig,
@@ -74,6 +77,7 @@ from market.bench.memory import section_memory
 from market.bench.peer import PeerArenaError, check_peer_dir, peer_targets, section_peer
 from market.bench.report import TARGET_EPISODES, TARGET_MB, TARGET_SECONDS, section_report
 from market.bench.serve import section_serve
+from market.bench.startup import section_startup
 from market.bench.throughput import section_episodes, section_ray, section_steps, section_transcript
 from market.run.runner import default_workers
 
@@ -90,6 +94,7 @@ __all__ = [
 ]
 
 RUNNERS: dict[str, Callable[[BenchConfig], SectionResult]] = {
+    "startup": section_startup,
     "steps": section_steps,
     "expert": section_expert,
     "episodes": section_episodes,
@@ -190,6 +195,17 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The design targets that the report's figures can check: name, measured value, ok."""
     values = {m["name"]: m["value"] for m in report["metrics"]}
     out = []
+    for label, command in (("help", "gpumarket --help"), ("agents", "gpumarket agents")):
+        seconds = values.get(f"startup.{label}.seconds")
+        if seconds is not None:
+            out.append(
+                {
+                    "target": f"{command} answers in < {TARGET_STARTUP_S:g} s (median, fresh "
+                    "interpreter)",
+                    "value": seconds,
+                    "ok": seconds < TARGET_STARTUP_S,
+                }
+            )
     steps = values.get("steps.market_round.steps_per_s")
     if steps is not None:
         out.append(

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from market.cli.parser import parse_specs
-from market.run.expert_matrix import BASELINE, DEFAULT_SEEDS, expert_matrix
+from market.cli.flags import parse_specs
+from market.run.expert_matrix import BASELINE, expert_matrix
 from market.run.jobs import RunConfigError
 
 
@@ -34,7 +34,7 @@ def cmd_expert_matrix(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / "expert_matrix"
     try:
         matrix = expert_matrix(
-            DEFAULT_SEEDS if args.seeds is None else args.seeds,
+            args.seeds,
             out,
             args.workers,
             members=parse_specs(args.agents) if args.agents else None,

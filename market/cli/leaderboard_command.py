@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from market.record.console import terminal_console
 from market.run.health import STRICT_EXIT, print_health, strict_failures
 from market.run.jobs import RunConfigError, RunInterrupted
 from market.run.leaderboard import DEFAULT_SEATS, fmt, leaderboard
@@ -136,7 +136,7 @@ def cmd_leaderboard(args: argparse.Namespace, llm: dict[str, Any]) -> int:
     except RunInterrupted as exc:
         print(exc, file=sys.stderr)
         return 130
-    console = Console(width=max(Console().width, 150))  # 11 columns; files hold them all
+    console = terminal_console()  # 11 columns: whole when piped, records on a narrow terminal
     rows = board.rows()
     for seat in board.seats:
         mine = [r for r in rows if r["seat"] == seat]

@@ -10,20 +10,14 @@ import argparse
 import importlib
 import ipaddress
 import sys
-from collections.abc import Callable
 
 from market.cli.trust_flags import add_trust_arguments, trust_from_args
 
 SERVER_MODULE = "market.serve.openenv_app"
 
 
-def add_openenv_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
-    """The ``openenv`` subcommand and its options."""
-    cmd = add(
-        "openenv",
-        "Serve the market as an OpenEnv environment: one learner seat per WebSocket session, "
-        "the other seats played by the server (docs/openenv.md).",
-    )
+def add_openenv_arguments(cmd: argparse.ArgumentParser) -> None:
+    """The options of ``gpumarket openenv`` (its help is in :mod:`market.cli.parser`)."""
     cmd.add_argument(
         "--host",
         default="127.0.0.1",
@@ -121,4 +115,4 @@ def _loopback(host: str) -> bool:
         return False
 
 
-__all__ = ["add_openenv_parser", "cmd_openenv"]
+__all__ = ["add_openenv_arguments", "cmd_openenv"]

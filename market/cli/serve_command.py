@@ -26,15 +26,6 @@ CREATE_TOKEN_ENV = "GPUMARKET_CREATE_TOKEN"
 #: the shortest creator token taken (a guessable one would open the server to anyone)
 MIN_CREATE_TOKEN = 16
 
-EXAMPLE = (
-    "gpumarket serve --port 8765 --out runs/served\n"
-    "  (then: curl -X POST http://127.0.0.1:8765/matches -H 'content-type: application/json' "
-    """-d '{"scenario": "market_round", "seats": {"bidder_0": "remote"}}')\n"""
-    "         gpumarket serve --agent rule_expert --port 9000   (an agent service: seat it with "
-    "--seat bidder_0=remote?url=http://127.0.0.1:9000; with GPUMARKET_AGENT_TOKEN set it "
-    "requires that token: add &token_env=VAR to the spec)"
-)
-
 
 def add_serve_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from agents.spec_policy import SpecPolicy
 from market.serve.guards import normalise_origin
@@ -56,22 +55,23 @@ def trust_from_args(args: argparse.Namespace, prog: str) -> tuple[SpecPolicy, li
     """(policy, allowed origins) from the flags, or None after a one-line message on stderr."""
     for dest, flag in REMOVED.items():
         if getattr(args, dest, False):
-            return _fail(
+            _fail(
                 prog,
                 f"{flag} is gone: allow exactly what clients may name with --allow-agent NAME "
                 "and --allow-url PREFIX (docs/security.md)",
             )
+            return None
     try:
         policy = SpecPolicy.from_lists(args.allow_agent, args.allow_url)
         origins = [normalise_origin(o) for o in args.allow_origin]
     except ValueError as exc:
-        return _fail(prog, str(exc).splitlines()[0])
+        _fail(prog, str(exc).splitlines()[0])
+        return None
     return policy, origins
 
 
-def _fail(prog: str, message: str) -> Any:
+def _fail(prog: str, message: str) -> None:
     print(f"gpumarket {prog}: {message}", file=sys.stderr)
-    return None
 
 
 __all__ = ["add_trust_arguments", "trust_from_args"]

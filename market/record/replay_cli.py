@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from market.record.console import terminal_console
 from market.record.reader import read_transcript
 from market.record.recorded import print_conduct_rejudge
 from market.record.replay import (
@@ -102,7 +102,7 @@ def print_rounds(round_log: list[dict[str, Any]]) -> None:
             ", ".join(grants) or "-",
             str(len(r.get("shocks", []))),
         )
-    Console().print(table)
+    terminal_console().print(table)
 
 
 def print_rejudge(rj: RejudgeReport) -> None:

@@ -48,7 +48,7 @@ def _run(out: Path, seat: str, *flags: str) -> dict[str, Any]:
             "--seeds",
             "0:2",
             "--out",
-            str(out),
+            str(out / "single_trade"),
             "--no-progress",
             "--no-transcripts",
             "--seat",

@@ -178,7 +178,7 @@ def test_a_runs_files_and_tables_never_hold_a_token(
     port = free_port()  # nobody listens: every decision of the seat falls back, quickly
     spec = f"remote?url=http://127.0.0.1:{port}&token={SECRET}&timeout=2"
     argv = ["run", "single_trade", "--seeds", "0:2", "--seat", f"bidder_0={spec}"]
-    argv += ["--out", str(tmp_path), "--no-progress", "--workers", "1"]
+    argv += ["--out", str(tmp_path / "single_trade"), "--no-progress", "--workers", "1"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     out = tmp_path / "single_trade"

@@ -67,10 +67,10 @@ def links(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("runs")
+    out = tmp_path_factory.mktemp("runs") / SCENARIO
     args = ["run", SCENARIO, "--seeds", f"0:{SEEDS}", "--workers", "1", "--out", str(out)]
     assert cli([*args, "--no-progress"]) == 0
-    return out / SCENARIO
+    return out
 
 
 def test_run_writes_index_aggregates_and_sampled_pages(run_dir: Path) -> None:
@@ -153,12 +153,12 @@ def test_report_links_pages_relative_to_where_it_is_written(run_dir: Path, tmp_p
 
 def test_no_report_writes_no_report(tmp_path: Path) -> None:
     args = ["run", SCENARIO, "--seeds", "0:2", "--workers", "1", "--no-progress"]
-    assert cli([*args, "--out", str(tmp_path), "--no-report"]) == 0
+    assert cli([*args, "--out", str(tmp_path / SCENARIO), "--no-report"]) == 0
     folder = tmp_path / SCENARIO
     assert not (folder / "report.html").exists() and not (folder / "episodes").exists()
     assert (folder / "transcripts" / "1.jsonl").is_file()
     # without transcripts the report is still written from the rows, with no page to link
-    assert cli([*args, "--out", str(tmp_path / "b"), "--no-transcripts"]) == 0
+    assert cli([*args, "--out", str(tmp_path / "b" / SCENARIO), "--no-transcripts"]) == 0
     text = (tmp_path / "b" / SCENARIO / "report.html").read_text()
     assert [h for h in links(text) if not h.startswith("#")] == []
     assert text.count("no transcript</span>") == 2
@@ -170,7 +170,7 @@ def test_fresh_run_removes_the_old_pages(run_dir: Path, tmp_path: Path) -> None:
     stale = out / SCENARIO / "episodes" / "13.html"
     stale.write_text("stale")
     args = ["run", SCENARIO, "--seeds", "0:1", "--workers", "1", "--no-progress", "--fresh"]
-    assert cli([*args, "--out", str(out)]) == 0
+    assert cli([*args, "--out", str(out / SCENARIO)]) == 0
     assert sorted(p.name for p in (out / SCENARIO / "episodes").iterdir()) == ["0.html"]
 
 

@@ -378,9 +378,8 @@ def test_run_many_and_async_write_one_file_per_episode(tmp_path: Path) -> None:
 def test_cli_run_writes_transcripts_by_default(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "runs"
-    assert cli(["run", "single_trade", "--seeds", "0:2", "--workers", "1", "--out", str(out)]) == 0
-    run = out / "single_trade"
+    run = tmp_path / "runs" / "single_trade"
+    assert cli(["run", "single_trade", "--seeds", "0:2", "--workers", "1", "--out", str(run)]) == 0
     assert sorted(p.name for p in run.iterdir()) == [
         "episodes",  # the run report's episode pages (both seeds: the first five are sampled)
         "report.html",
@@ -404,7 +403,7 @@ def test_cli_run_writes_transcripts_by_default(
                 "--workers",
                 "1",
                 "--out",
-                str(none),
+                str(none / "single_trade"),
                 "--no-transcripts",
             ]
         )

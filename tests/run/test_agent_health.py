@@ -432,7 +432,7 @@ def test_agent_timeout_flag_applies_and_a_run_resumes_with_another_limit(
         "--seat",
         "bidder_0=py:test_agent_health:HangsAtFirstBid",
         "--out",
-        str(tmp_path),
+        str(tmp_path / "single_trade"),
         "--workers",
         "1",
         "--no-progress",

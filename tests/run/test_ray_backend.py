@@ -341,7 +341,7 @@ def test_llm_pool_flags_are_refused_with_the_ray_backend(
             "--budget-tokens",
             "100",
             "--out",
-            str(tmp_path),
+            str(tmp_path / "single_trade"),
         ]
     )
     err = capsys.readouterr().err
@@ -365,7 +365,7 @@ def test_ctrl_c_keeps_finished_episodes_and_the_same_command_resumes(tmp_path: P
         "--backend",
         "ray",
         "--out",
-        str(tmp_path),
+        str(tmp_path / "large_market"),
         "--no-progress",
         "--no-transcripts",
     ]

@@ -315,7 +315,8 @@ def test_a_worker_killed_mid_episode_fails_that_seed_and_the_run_goes_on(
     env.reset(seed=4)
     monkeypatch.setenv("GM_TEST_KILL_SEAT_SEED", str(env.seat_seed("bidder_0")))
     spec = "py:test_runner:KilledInItsWorker"
-    argv = ["run", "single_trade", "--seeds", "0:8", "--workers", "2", "--out", str(tmp_path)]
+    out = tmp_path / "single_trade"
+    argv = ["run", "single_trade", "--seeds", "0:8", "--workers", "2", "--out", str(out)]
     argv += ["--no-progress", "--seat", f"bidder_0={spec}"]
     assert cli(argv) == 1  # before the worker pool, the run waited for seed 4 forever
     err = capsys.readouterr().err
@@ -323,7 +324,6 @@ def test_a_worker_killed_mid_episode_fails_that_seed_and_the_run_goes_on(
         "episode seed 4 failed: episode not finished: its worker process was killed by SIGKILL"
         in err
     )
-    out = tmp_path / "single_trade"
     assert sorted({json.loads(line)["seed"] for line in results_lines(out)}) == [
         0,
         1,
@@ -362,7 +362,7 @@ def test_ctrl_c_keeps_finished_episodes_and_a_rerun_completes_them(tmp_path: Pat
         "--workers",
         "2",
         "--out",
-        str(out),
+        str(out / "market_round"),
         "--no-progress",
         "--no-transcripts",
         *seats,
@@ -415,7 +415,8 @@ def test_ctrl_c_keeps_finished_episodes_and_a_rerun_completes_them(tmp_path: Pat
 def test_cli_run_resumes_refuses_and_starts_fresh(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["run", "single_trade", "--workers", "1", "--out", str(tmp_path), "--no-progress"]
+    base = ["run", "single_trade", "--workers", "1", "--out", str(tmp_path / "single_trade")]
+    base.append("--no-progress")
     assert cli([*base, "--seeds", "0:2"]) == 0
     out = capsys.readouterr().out
     assert "single_trade: 2 episode(s)" in out and "bidder_0" in out and "return" in out
