@@ -22,6 +22,7 @@ from real_model_utils import free_port
 
 from agents.registry import make_agent
 from market.environment import Observation
+from market.environment.observations import FEEDBACK_FIELDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,3 +131,9 @@ def served_app(app: Any, **config: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+def without_feedback(obs: dict[str, Any] | None) -> dict[str, Any]:
+    """A seat's observation JSON without its feedback on its own last action
+    (``FEEDBACK_FIELDS``: what the env made of that action), i.e. the market it sees."""
+    return {k: v for k, v in (obs or {}).items() if k not in FEEDBACK_FIELDS}

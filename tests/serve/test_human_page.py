@@ -430,8 +430,13 @@ def test_the_designer_sets_the_rules_on_the_page(tmp_path: Path) -> None:
         reply = httpx.get(f"{base}/matches/{mid}/transcript", headers=auth(made["owner_token"]))
     path = tmp_path / "match.jsonl"
     path.write_bytes(reply.content)
-    first = next(ev for ev in read_transcript(path).steps if ev.seat == "designer_0")
+    t = read_transcript(path)
+    first = next(ev for ev in t.steps if ev.seat == "designer_0")
     mechanism = first.action["mechanism"]
     assert (mechanism["auction_type"], mechanism["reserve_price"]) == ("first_price", 12.0)
-    assert mechanism["coalition_policy"] == "penalize_suspected"  # the rule in force, kept
+    # a blank field is left out of the update, so the rule in force is kept
+    assert mechanism["coalition_policy"] is None
+    in_force = t.rounds[0].summary["mechanism"]
+    assert (in_force["auction_type"], in_force["reserve_price"]) == ("first_price", 12.0)
+    assert in_force["coalition_policy"] == "penalize_suspected"  # the rule in force, kept
     assert first.info.error is None

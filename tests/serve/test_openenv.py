@@ -32,6 +32,7 @@ import pytest
 pytest.importorskip("openenv")
 
 import httpx  # noqa: E402
+from match_support import without_feedback  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
 
 from agents.registry import make_agent  # noqa: E402
@@ -223,7 +224,12 @@ def test_a_rejected_action_costs_the_penalty_and_changes_nothing_else(
         assert rb.observation.error is None
         assert ra.reward == rb.reward - penalty
         assert ra.observation.reward_components == {"invalid_action": -penalty}
-        assert ra.observation.observation == rb.observation.observation  # the same market
+        # the same market; only the seat's feedback on its own last action differs
+        assert without_feedback(ra.observation.observation) == without_feedback(
+            rb.observation.observation
+        )
+        assert ra.observation.observation["last_action"]["accepted"] is False
+        assert rb.observation.observation["last_action"]["accepted"] is True
         assert a.state().invalid_actions == 1 and b.state().invalid_actions == 0
     finally:
         a.close()

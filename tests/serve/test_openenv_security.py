@@ -37,7 +37,7 @@ pytest.importorskip("openenv")
 
 import httpx  # noqa: E402
 from devtools import CHROMIUM, browser  # noqa: E402
-from match_support import served_app  # noqa: E402
+from match_support import served_app, without_feedback  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 from websockets.sync.client import ClientConnection, connect  # noqa: E402
 
@@ -542,7 +542,12 @@ def test_a_surrogate_inside_an_action_text_is_an_ordinary_rejected_action() -> N
             rb = ask(b, {"type": "step", "data": {"action": {"action_type": "wait"}}})
         assert ra["type"] == "observation" and ra["data"]["observation"]["error"]
         assert ra["data"]["reward"] == rb["data"]["reward"] - penalty
-        assert ra["data"]["observation"]["observation"] == rb["data"]["observation"]["observation"]
+        seen_a, seen_b = (
+            ra["data"]["observation"]["observation"],
+            rb["data"]["observation"]["observation"],
+        )
+        assert without_feedback(seen_a) == without_feedback(seen_b)  # the same market
+        assert seen_a["last_action"]["accepted"] is False and seen_b["last_action"]["accepted"]
 
 
 # --- item 5: seeds ----------------------------------------------------------------------------
