@@ -219,14 +219,14 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
         ):
             raise SessionError(
                 f"seed must be a non-negative integer below 2**{SEED_BITS} or null, "
-                f"got {_short(seed)}"
+                f"got {short_repr(seed)}"
             )
         if episode_id is not None and (
             not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID
         ):
             raise SessionError(
                 f"episode_id must be a string of at most {MAX_EPISODE_ID} characters or null, "
-                f"got {_short(episode_id)}"
+                f"got {short_repr(episode_id)}"
             )
         self._check_cancelled()
         sc = self._scenario(scenario, overrides)
@@ -364,7 +364,7 @@ class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState
         names = builtin_names()
         if not isinstance(name, str) or name not in names:
             raise SessionError(
-                f"scenario {_short(name)} is not a built-in scenario name; "
+                f"scenario {short_repr(name)} is not a built-in scenario name; "
                 f"use one of: {', '.join(names)}"
             )
         if overrides is None:
@@ -457,7 +457,7 @@ def _size(sc: Scenario, key: str) -> float:
     return float(value)
 
 
-def _short(value: object, limit: int = 80) -> str:
+def short_repr(value: object, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, for an error message that echoes input."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -465,6 +465,7 @@ def _short(value: object, limit: int = 80) -> str:
 
 __all__ = [
     "DEFAULT_SCENARIO",
+    "short_repr",
     "DEFAULT_SEAT",
     "EPISODE_MAXIMA",
     "MarketAction",

@@ -53,7 +53,7 @@ from openenv.core.env_server.types import (
 )
 from pydantic import ValidationError
 
-from market.serve.openenv_env import MarketAction, MarketEnvironment
+from market.serve.openenv_env import MarketAction, MarketEnvironment, short_repr
 
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 MAX_JSON_DEPTH = 32  # an honest message nests 5 or 6 levels (a reset's overrides)
@@ -349,14 +349,9 @@ class Sessions:
                 return None
             case _:
                 return _error(
-                    f"Unknown message type: {_short(kind)}; send reset, step, state or close",
+                    f"Unknown message type: {short_repr(kind)}; send reset, step, state or close",
                     WSErrorCode.UNKNOWN_TYPE,
                 )
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 __all__ = [

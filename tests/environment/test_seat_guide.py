@@ -9,26 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from market.core.phases import LEGAL
 from market.environment.observations import LastActionView, Observation
 from market.environment.seat_guide import describe, story, valid_actions, verdict
 
-NEGOTIATION = [
-    "send_offer",
-    "counter_offer",
-    "accept_offer",
-    "reject_offer",
-    "form_coalition",
-    "commit_to_coalition",
-    "leave_coalition",
-    "send_message",
-    "make_pitch",
-    "counter_pitch",
-    "allocate_to_job",
-    "reserve_capacity",
-    "release_capacity",
-    "wait",
-    "finish",
-]
+NEGOTIATION = list(LEGAL["negotiation"])  # every action type the phase allows
 MECHANISM = {
     "auction_type": "second_price",
     "reserve_price": 5.0,

@@ -28,12 +28,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
-def served(out: Path, *extra: str) -> Iterator[str]:
-    """``gpumarket serve --out OUT`` on a free port; yields its base URL; SIGTERM at the end."""
+def served(out: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``gpumarket serve --out OUT`` with ``extra`` flags (and ``env`` added to the environment)
+    on a free port; yields its base URL; SIGTERM at the end."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     cmd = [sys.executable, "-m", "market", "serve", "--port", str(port), "--out", str(out), *extra]
-    proc = subprocess.Popen(cmd, cwd=out.parent, env=env, stderr=subprocess.PIPE, text=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(cmd, cwd=out.parent, env=full, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base, proc)

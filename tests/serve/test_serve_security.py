@@ -14,16 +14,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from devtools import CHROMIUM, browser
-from match_support import ROOT, auth, create, free_port, served, stop, wait_done, wait_ready
+from match_support import ROOT, auth, create, free_port, served, wait_done, wait_ready
 
 from agents.base import BaseAgent
 from agents.registry import make_agent
@@ -36,22 +34,6 @@ from market.run.rollout import arun_episode, run_episode
 from market.serve import matches
 
 TOKEN = "creator-" + "k" * 32
-
-
-@contextmanager
-def server(out: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """``gpumarket serve`` on a free port with ``extra`` flags and environment; its base URL."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "market", "serve", "--port", str(port), "--out", str(out), *extra]
-    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(cmd, cwd=out.parent, env=full, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base, proc)
-        yield base
-    finally:
-        stop(proc)
 
 
 def p95(values: list[float]) -> float:
@@ -112,7 +94,7 @@ def test_two_large_matches_do_not_stall_other_clients(tmp_path: Path) -> None:
 def test_creating_needs_the_creator_token_checked_before_the_body(tmp_path: Path) -> None:
     token_file = tmp_path / "create-token"
     token_file.write_text(TOKEN + "\n")
-    with server(tmp_path / "t", "--create-token-file", str(token_file)) as base:
+    with served(tmp_path / "t", "--create-token-file", str(token_file)) as base:
         body = {"scenario": "single_trade", "seats": {"bidder_0": "remote"}}
         for headers in ({}, auth("x" * len(TOKEN)), {"Authorization": f"Basic {TOKEN}"}):
             refused = httpx.post(f"{base}/matches", json=body, headers=headers)
@@ -134,7 +116,7 @@ def test_creating_needs_the_creator_token_checked_before_the_body(tmp_path: Path
         mid, seat = made.json()["match_id"], made.json()["tokens"]["bidder_0"]
         got = httpx.get(f"{base}/matches/{mid}/seat", headers=auth(seat), params={"wait": 10})
         assert got.json()["status"] == "your_turn"
-    with server(tmp_path / "e", env={"GPUMARKET_CREATE_TOKEN": TOKEN}) as base:
+    with served(tmp_path / "e", env={"GPUMARKET_CREATE_TOKEN": TOKEN}) as base:
         assert httpx.post(f"{base}/matches", json=body).status_code == 401
         assert httpx.post(f"{base}/matches", json=body, headers=auth(TOKEN)).status_code == 201
 
@@ -242,7 +224,7 @@ def test_the_seat_page_says_its_match_was_cancelled(tmp_path: Path) -> None:
 
 
 def test_running_matches_are_limited_per_client(tmp_path: Path) -> None:
-    with server(tmp_path / "t", "--max-matches-per-client", "2") as base:
+    with served(tmp_path / "t", "--max-matches-per-client", "2") as base:
         body = {"scenario": "single_trade", "seats": {"bidder_0": "remote"}, "turn_deadline": 600}
         made = [httpx.post(f"{base}/matches", json=body).json() for _ in range(2)]
         third = httpx.post(f"{base}/matches", json=body)
