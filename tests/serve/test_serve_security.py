@@ -241,7 +241,7 @@ def test_silent_and_overlong_matches_are_ended(tmp_path: Path) -> None:
     """A match whose remote seats are all silent for --idle-timeout is ended; one whose seat
     keeps asking lives until --max-match-time. Both end aborted and replay."""
     out = tmp_path / "t"
-    with server(out, "--idle-timeout", "1.5", "--max-match-time", "5") as base:
+    with served(out, "--idle-timeout", "1.5", "--max-match-time", "5") as base:
         silent = create(base, "single_trade", 0, {"bidder_0": "remote"}, turn_deadline=600)
         busy = create(base, "single_trade", 1, {"bidder_0": "remote"}, turn_deadline=600)
         busy_url = f"{base}/matches/{busy['match_id']}"
