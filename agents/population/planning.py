@@ -395,13 +395,28 @@ def reduce_demand(bids: list[float], obs: Observation, plan: Plan) -> list[float
     it does not win sets the price it pays for every unit it does win: a rejected bid at value
     hands the whole surplus of its other units to the seller. It therefore bids its value only
     on the blocks its deadline jobs cannot do without this round (``plan.urgent``: what later
-    rounds cannot supply) and is patient with the rest: it bids them just above the floor
-    (:data:`PATIENT_MARGIN` value units above it, never above their value). Those units win
-    whenever the other labs leave supply over, at about the reserve, and if rejected they raise
-    the price by at most that margin; blocks it misses now it can still buy in a later, slacker
-    round. Other mechanisms are returned unchanged.
+    rounds cannot supply) and is patient with the rest. A block it can still buy in a later
+    round is worth to it no more than what it expects to pay then, so a patient unit is bid at
+    :func:`later_price` (never above its value): in a slack market that is just above the floor
+    (:data:`PATIENT_MARGIN` value units), where such units win whenever the other labs leave
+    supply over and, if rejected, raise the price by at most that margin; in a market where
+    blocks have kept selling above the floor it is the going price, so patience does not hand
+    every block to the rivals. Other mechanisms are returned unchanged.
     """
     if obs.mechanism.auction_type != "second_price" or not bids:
         return bids
-    patient = price_floor(obs) + PATIENT_MARGIN * obs.value_unit
+    patient = later_price(obs)
     return [b if k < plan.urgent else min(b, patient) for k, b in enumerate(bids)]
+
+
+def later_price(obs: Observation) -> float:
+    """What a block bought in a later round is expected to cost: the lower quartile of the
+    clearing prices revealed so far (the ``k = floor((m - 1) / 4)``-th lowest of ``m``), at
+    least the price floor plus :data:`PATIENT_MARGIN` value units; before any price is revealed,
+    that floor plus margin. The lower quartile, not the median: a patient buyer waits for the
+    cheaper rounds, and a single expensive round says little about the next."""
+    patient = price_floor(obs) + PATIENT_MARGIN * obs.value_unit
+    revealed = sorted(p for p in obs.price_history if p is not None)
+    if not revealed:
+        return patient
+    return max(patient, revealed[(len(revealed) - 1) // 4])

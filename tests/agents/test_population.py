@@ -742,6 +742,23 @@ def test_rule_expert_reduces_demand_under_second_price() -> None:
     assert fresh(RuleExpert()).act(obs).bids == [40.0, 40.0, 40.0] + [patient] * 3
 
 
+def test_a_patient_unit_is_bid_at_the_price_later_rounds_have_shown() -> None:
+    """Blocks kept selling above the floor: a unit it can buy later is worth the lower quartile
+    of the revealed prices to it, not the floor plus margin (which would lose every block)."""
+    flexible = job("j", 6, 30.0, 4, partial=True)
+    mech = mechanism(reserve_price=5.0)
+    # five revealed prices (one hidden): sorted 12, 14, 20, 22, 25; lower quartile = index 1
+    history = [20.0, None, 12.0, 25.0, 14.0, 22.0]
+    obs = bidder_obs(jobs=(flexible,), capacity=6, labs=3, mech=mech, price_history=history)
+    assert fresh(RuleExpert()).act(obs).bids == [14.0] * 6
+    # prices at the floor: the patient bid stays at reserve + margin (5 + 3)
+    cheap = bidder_obs(jobs=(flexible,), capacity=6, labs=3, mech=mech, price_history=[5.0, 6.0])
+    assert fresh(RuleExpert()).act(cheap).bids == [8.0] * 6
+    # a going price above the unit's value: never bid above value (30)
+    dear = bidder_obs(jobs=(flexible,), capacity=6, labs=3, mech=mech, price_history=[40.0])
+    assert fresh(RuleExpert()).act(dear).bids == [30.0] * 6
+
+
 def test_rule_expert_adapts_to_shocks() -> None:
     fussy = job("fussy", 2, 40.0, 3, min_reliability=0.9)
     plain = job("plain", 2, 20.0, 3, partial=True)
