@@ -282,6 +282,10 @@ def _check_params(name: str, factory: Callable[..., BaseAgent], params: dict[str
 
 def make_agent(spec: str, role: str | None = None) -> BaseAgent:
     """Build a fresh agent from its spec; ``role`` ('designer' or 'bidder') is checked if given."""
+    if isinstance(spec, str) and spec.strip().startswith("talk_off:"):
+        from agents.talk_off import make_talk_off  # the talk-off twin (agents/talk_off.py)
+
+        return make_talk_off(spec, role)
     name, params = parse_spec(spec)
     if name.startswith("llm:"):
         agent = _make_llm(name[4:], params)

@@ -109,7 +109,14 @@ class SpecPolicy:
 
     def check(self, spec: str, role: str | None = None) -> None:
         """Raise :class:`SpecRefused` (one line, with the flag that would allow it) unless this
-        server may build ``spec`` for a seat named by a client. Reads the text only."""
+        server may build ``spec`` for a seat named by a client. Reads the text only.
+
+        A talk-off twin (``talk_off:SPEC``, :mod:`agents.talk_off`) is checked as ``SPEC``: it
+        loads, reads and calls exactly what ``SPEC`` does (an exact allow of the whole
+        ``talk_off:`` spec also allows it)."""
+        text = spec.strip() if isinstance(spec, str) else spec
+        if isinstance(text, str) and text.startswith("talk_off:") and text not in self.agents:
+            return self.check(text[len("talk_off:") :], role)
         name, params = parse_spec(spec)
         exact = spec.strip() in self.agents
         if not exact and name not in REGISTRY and name not in self.agents:

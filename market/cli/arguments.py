@@ -193,6 +193,13 @@ def eval_options(ev: argparse.ArgumentParser) -> None:
         help="rule_expert against every scripted bidder in every built-in scenario but the "
         "daedalus family (docs/running.md shows it over --seeds 0:100)",
     )
+    ev.add_argument(
+        "--negotiation",
+        action="store_true",
+        help="the negotiation report: value of talk, cost of lying, contract, breach and "
+        "default rates, hedging gain and negotiable welfare per scenario, paired over --seeds "
+        "(default 0:60; docs/negotiation.md); --agents adds agents whose value of talk it measures",
+    )
     add_leaderboard_arguments(ev)
     add_backend(ev)
     add_health(ev)

@@ -36,7 +36,9 @@ HELP: dict[str, str] = {
     "bidder type's gain from deviating to its best alternative built-in strategy; written to "
     "OUT/mechanisms.{csv,md,html}. Resumable like run. With --expert-matrix: rule_expert minus "
     "every scripted bidder of the population in every built-in scenario but the daedalus "
-    "family, paired on the same seeds (mean +/- 95% CI), written to OUT/expert_matrix.{csv,md}.",
+    "family, paired on the same seeds (mean +/- 95% CI), written to OUT/expert_matrix.{csv,md}. "
+    "With --negotiation: the negotiation report (value of talk, cost of lying, contract rates, "
+    "hedging gain, negotiable welfare per scenario), written to OUT/negotiation.{csv,md,svg}.",
     "tournament": "Rate bidders against each other (rotating through the bidder seats) and "
     "designers against bidder populations, with OpenSkill ratings, win rates and mean returns "
     "with confidence intervals. Resumable: finished matches are kept in OUT/matches.jsonl.",
@@ -79,6 +81,8 @@ EXAMPLES: dict[str, str] = {
     "--scenarios single_trade,market_round --seat bidder_0 --seeds 0:20 --out runs/eval\n"
     "         gpumarket eval --mechanisms --scenario mechanism_stage_4 --seeds 0:30\n"
     "         gpumarket eval --expert-matrix --seeds 0:100 --workers 8\n"
+    "         gpumarket eval --negotiation --scenarios market_round,coalition_market,shock_storm "
+    "--seeds 0:60\n"
     '         gpumarket eval --leaderboard --agents "llm:openai?model=m&base_url='
     'http://127.0.0.1:8080/v1,truthful" --scenarios single_trade,market_round --seeds 0:5',
     "tournament": "gpumarket tournament --bidders rule_expert,truthful,random_valid "

@@ -212,6 +212,10 @@ DEFAULT_EVAL_SCENARIOS = "single_trade,market_round,coalition_market"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.negotiation:
+        from market.cli.negotiation_command import cmd_negotiation  # loaded only when asked
+
+        return cmd_negotiation(args)
     if args.expert_matrix:
         return cmd_expert_matrix(args)
     args.agents = args.agents or DEFAULT_EVAL_AGENTS
