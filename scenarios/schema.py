@@ -271,6 +271,13 @@ class Scenario(_Strict):
             "mechanism it sets holds for the k market rounds of that design step."
         ),
     )
+    mechanism_units: Literal["credits", "daedalus"] = Field(
+        "credits",
+        description=(
+            "Units of the designer's mechanism JSON when it sends no 'units' key: 'credits', or "
+            "'daedalus' (DAEDALUS's normalised value scale, 1 = jobs.value_per_block's high end)."
+        ),
+    )
     labs: LabsSpec = LabsSpec()
     jobs: JobsSpec = JobsSpec()
     capacity: CapacitySpec = CapacitySpec()

@@ -65,7 +65,8 @@ HELP: dict[str, str] = {
     "LLM decisions/s at concurrency 1/8/32 (fake server unless --llm-base-url). --json writes "
     "the figures; --compare OLD.json flags metrics > --threshold worse (exit 1). See "
     "docs/benchmarks.md.",
-    "serve": "Host matches with remote seats over HTTP, or an agent service.",
+    "serve": "Host matches with remote seats over HTTP, an agent service, or a seed's HTTP "
+    "contract (--compat arena|daedalus, docs/compat.md).",
     "openenv": "Serve the market as an OpenEnv environment: one learner seat per WebSocket "
     "session, the other seats played by the server (docs/openenv.md).",
 }
@@ -112,7 +113,9 @@ EXAMPLES: dict[str, str] = {
     """-d '{"scenario": "market_round", "seats": {"bidder_0": "remote"}}')\n"""
     "         gpumarket serve --agent rule_expert --port 9000   (an agent service: seat it with "
     "--seat bidder_0=remote?url=http://127.0.0.1:9000; with GPUMARKET_AGENT_TOKEN set it "
-    "requires that token: add &token_env=VAR to the spec)",
+    "requires that token: add &token_env=VAR to the spec)\n"
+    "         gpumarket serve --compat arena --port 8000 --out runs/arena   (the GPU-arena's "
+    "/reset and /step; --compat daedalus: the DAEDALUS designer env's)",
     "openenv": "gpumarket openenv --port 8000   (then: MarketEnvClient(base_url="
     '"http://127.0.0.1:8000"); docs/openenv.md)',
 }

@@ -95,6 +95,15 @@ def add_serve_arguments(cmd: argparse.ArgumentParser) -> None:
         help="serve this agent as an agent service (POST /reset, /act) instead of matches",
     )
     cmd.add_argument(
+        "--compat",
+        choices=("arena", "daedalus"),
+        default=None,
+        help="serve a seed's HTTP contract instead of matches: 'arena' (the GPU-arena's /reset, "
+        "/step, /state, /tasks) or 'daedalus' (the DAEDALUS designer env's /reset, /step, "
+        "/api/design); one session per client, every episode a transcript in --out "
+        "(docs/compat.md)",
+    )
+    cmd.add_argument(
         "--token-file",
         type=Path,
         default=None,
@@ -205,6 +214,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "gpumarket serve: --token-file is for an agent service (--agent SPEC)", file=sys.stderr
         )
         return 2
+    if args.agent is not None and args.compat is not None:
+        print("gpumarket serve: give --agent SPEC or --compat KIND, not both", file=sys.stderr)
+        return 2
     if args.agent is not None:
         token, problem = agent_token(args)
         if problem is not None:
@@ -230,6 +242,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         service.run(app, args.host, args.port)
         return 0
+    if args.compat is not None:
+        return _serve_compat(args)
     if args.keep <= 0:
         print("gpumarket serve: --keep must be seconds > 0", file=sys.stderr)
         return 2
@@ -265,4 +279,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allow_origins=origins,
         **limits,
     )
+    return 0
+
+
+def _serve_compat(args: argparse.Namespace) -> int:
+    """``serve --compat arena|daedalus``: a seed's HTTP contract (market/serve/compat_*.py).
+    Clients choose no agents, so ``--allow-agent``/``--allow-url`` do not apply; the session
+    limits are ``--max-matches``, ``--max-matches-per-client`` and ``--idle-timeout``."""
+    if args.max_matches < 1 or args.max_matches_per_client < 0:
+        print(
+            "gpumarket serve: --compat: --max-matches must be at least 1 and "
+            "--max-matches-per-client 0 (no limit) or more",
+            file=sys.stderr,
+        )
+        return 2
+    if not 0 < args.idle_timeout < float("inf"):
+        print(
+            f"gpumarket serve: --idle-timeout {args.idle_timeout}: give seconds > 0",
+            file=sys.stderr,
+        )
+        return 2
+    trust = trust_from_args(args, "serve")
+    if trust is None:
+        return 2
+    _, origins = trust
+    module = _serving(f"compat_{args.compat}")
+    server = _serving("compat_server")
+    if module is None or server is None:
+        return 2
+    create = getattr(module, f"create_{args.compat}_app")
+    app = create(
+        args.out,
+        origins,
+        max_sessions=args.max_matches,
+        max_sessions_per_client=args.max_matches_per_client or args.max_matches,
+        idle_timeout_s=args.idle_timeout,
+    )
+    print(
+        f"serving the {args.compat} seed's HTTP contract on http://{args.host}:{args.port} "
+        f"(one session per client; transcripts in {args.out})",
+        file=sys.stderr,
+    )
+    server.serve(app, args.host, args.port)
     return 0

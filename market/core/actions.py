@@ -8,6 +8,7 @@ the DAEDALUS designer's flat mechanism JSON as is.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
@@ -24,13 +25,16 @@ from pydantic import (
     model_validator,
 )
 
-from market.core.arena import arena_payload, block_rounds, seat_alias, seats_alias
-from market.core.mechanisms import (
-    DAEDALUS_AUCTION_TYPES,
-    AuctionType,
-    CoalitionPolicy,
-    Mechanism,
+from market.core.arena import arena_payload, block_rounds
+from market.core.arena_payloads import BlockContext, BlockIdError
+from market.core.mechanism_update import (  # re-exported: part of the action vocabulary
+    DAEDALUS_PENALTY_MAX as DAEDALUS_PENALTY_MAX,
 )
+from market.core.mechanism_update import MONEY_FIELDS as MONEY_FIELDS
+from market.core.mechanism_update import ActionParseError as ActionParseError
+from market.core.mechanism_update import MechanismUnits as MechanismUnits
+from market.core.mechanism_update import MechanismUpdate as MechanismUpdate
+from market.core.seats import seat_alias, seats_alias
 from market.core.trust import lone_surrogate
 
 OfferSide = Literal["sell", "buy"]  # what the sender of an offer does
@@ -76,104 +80,6 @@ class _Action(BaseModel):
         return arena_payload(data)
 
 
-MechanismUnits = Literal["credits", "daedalus"]
-#: the mechanism fields that are amounts of money (credits per block, or credits per breach)
-MONEY_FIELDS = ("reserve_price", "shill_penalty", "withdrawal_penalty", "collusion_penalty")
-#: DAEDALUS's penalty range: its designer sends every penalty in [0, 3]
-DAEDALUS_PENALTY_MAX = 3.0
-
-
-class MechanismUpdate(BaseModel):
-    """Mechanism fields to change; omitted fields keep the mechanism in force.
-
-    Units. Money fields (:data:`MONEY_FIELDS`) are credits unless ``units`` is ``"daedalus"``:
-    then they are on DAEDALUS's normalised value scale, where a bidder's private value lies in
-    [0, 1] and 1 is the highest value a bidder can hold. The conversion is a ratio-scale
-    (linear, zero-preserving) change of unit: ``credits = v * V``, with ``V`` the scenario's
-    highest private value per block, ``jobs.value_per_block[1]`` (45 credits in the built-in
-    scenarios, so DAEDALUS's reserve 0.18 is 8.1 credits per block). ``V`` is the top of the
-    value range because that is what 1 means on the normalised scale; the map fixes 0 so "no
-    reserve" stays no reserve, and it keeps every ratio of reserve to value, which is what
-    decides who clears a reserve. See :meth:`in_credits`.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    units: MechanismUnits | None = Field(
-        None,
-        description="Unit of reserve_price and the penalties: 'credits' (default) or 'daedalus' "
-        "(DAEDALUS's normalised value scale, 1 = the highest value per block; converted to "
-        "credits by multiplying by the scenario's jobs.value_per_block high end).",
-    )
-    auction_type: AuctionType | None = None
-    reserve_price: float | None = Field(None, ge=0.0, le=1e9)
-    reveal_reserve: bool | None = None
-    reveal_competing_bids: bool | None = None
-    reveal_winner_identity: bool | None = None
-    reveal_clearing_price: bool | None = None
-    reveal_bid_distribution: bool | None = None
-    shill_penalty: float | None = Field(None, ge=0.0, le=1e9)
-    withdrawal_penalty: float | None = Field(None, ge=0.0, le=1e9)
-    collusion_penalty: float | None = Field(None, ge=0.0, le=1e9)
-    coalition_policy: CoalitionPolicy | None = None
-    judge_pool_share: float | None = Field(None, ge=0.0, le=1.0)
-
-    def apply_to(self, current: Mechanism) -> Mechanism:
-        """``current`` with this update's fields; money fields must already be in credits."""
-        return current.model_copy(update=self.model_dump(exclude_none=True, exclude={"units"}))
-
-    def daedalus_signature(self) -> bool:
-        """Whether this update, sent without ``units``, looks like a DAEDALUS designer's JSON.
-
-        The signature: no ``units``, a reserve strictly between 0 and 1 credit (meaningless here,
-        where values are tens of credits per block), all three penalties given, each within
-        DAEDALUS's range [0, 3], no ``judge_pool_share`` (a field DAEDALUS lacks), and an auction
-        type DAEDALUS knows (first_price, second_price or vcg) if one is given.
-        """
-        penalties = (self.shill_penalty, self.withdrawal_penalty, self.collusion_penalty)
-        return (
-            self.units is None
-            and self.reserve_price is not None
-            and 0.0 < self.reserve_price < 1.0
-            and all(p is not None and p <= DAEDALUS_PENALTY_MAX for p in penalties)
-            and self.judge_pool_share is None
-            and (self.auction_type is None or self.auction_type in DAEDALUS_AUCTION_TYPES)
-        )
-
-    def in_credits(self, value_scale: float) -> tuple[MechanismUpdate, dict[str, list[float]]]:
-        """This update with its money fields in credits, and ``{field: [sent, credits]}`` for
-        each field converted (empty unless ``units == "daedalus"``).
-
-        ``value_scale`` is ``V`` of the class docstring. Raises :class:`ActionParseError` for a
-        bare DAEDALUS JSON (:meth:`daedalus_signature`) or a normalised reserve above 1.
-        """
-        if self.daedalus_signature():
-            reserve = float(self.reserve_price or 0.0)
-            raise ActionParseError(
-                f"reserve_price {reserve:g} with DAEDALUS-range penalties and no 'units' looks like "
-                "DAEDALUS's normalised value scale, but reserves here are credits per block; add "
-                f'"units": "daedalus" to convert ({reserve:g} -> {reserve * value_scale:.2f} '
-                f'credits on this scenario\'s value scale of {value_scale:g}), or "units": '
-                '"credits" if you mean credits'
-            )
-        if self.units != "daedalus":
-            return self.model_copy(update={"units": None}), {}
-        if self.reserve_price is not None and self.reserve_price > 1.0:
-            raise ActionParseError(
-                f"reserve_price {self.reserve_price:g} is above 1 on DAEDALUS's normalised value "
-                "scale (1 = the highest value a bidder can hold); send a value in [0, 1] or use "
-                '"units": "credits"'
-            )
-        converted: dict[str, list[float]] = {}
-        update: dict[str, object] = {"units": None}
-        for name in MONEY_FIELDS:
-            sent = getattr(self, name)
-            if sent is not None:
-                credits = round(float(sent) * value_scale, 6)
-                converted[name] = [float(sent), credits]
-                update[name] = credits
-        return self.model_copy(update=update), converted
-
-
 class SetMechanism(_Action):
     """Designer: choose the mechanism for this round (or the episode)."""
 
@@ -213,6 +119,26 @@ class SendOffer(_Action):
         "collateral is taken from your budget at acceptance; at delivery you must hold the "
         "blocks or you breach.",
     )
+    # --- swaps (the GPU-arena's block_ids + requested_block_ids; market.core.arena_payloads) ---
+    give_blocks: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="A swap (buy offers only): blocks of give_round you hand over as well as "
+        "paying price; accepting moves both legs at once.",
+    )
+    give_round: int | None = Field(
+        None, ge=0, description="Absolute round of the give_blocks; default: the current round."
+    )
+
+    @model_validator(mode="after")
+    def _swap_buys(self) -> SendOffer:
+        if self.give_blocks and self.side != "buy":
+            raise ValueError(
+                "give_blocks makes a swap, which is a buy offer (you get blocks and give blocks); "
+                "use side 'buy'"
+            )
+        return self
 
 
 class CounterOffer(_Action):
@@ -229,6 +155,16 @@ class CounterOffer(_Action):
     message: Text | None = None
     conditions: Conditions = Field(
         None, description="Optional free-form terms: recorded, not enforced by the market."
+    )
+    give_blocks: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="A swap counter (when you counter a sell offer, so you buy): blocks of "
+        "give_round you hand over as well.",
+    )
+    give_round: int | None = Field(
+        None, ge=0, description="Absolute round of the give_blocks; default: the current round."
     )
 
 
@@ -506,10 +442,6 @@ action_adapter: TypeAdapter[Action] = TypeAdapter(Action)
 _MECHANISM_KEYS = set(MechanismUpdate.model_fields)
 
 
-class ActionParseError(ValueError):
-    """The action could not be understood; the message says what to send instead."""
-
-
 def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
@@ -525,11 +457,23 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_action(raw: object, designer: bool = False) -> _Action:
+def _kind(raw: object) -> object:
+    """The action type a payload names, for an error message."""
+    return raw.get("action_type", "action") if isinstance(raw, dict) else "action"
+
+
+def parse_action(
+    raw: object,
+    designer: bool = False,
+    blocks: BlockContext | Callable[[], BlockContext] | None = None,
+) -> _Action:
     """An action from a model, a dict or JSON text. Raises :class:`ActionParseError` with a fix.
 
     For the designer seat, a dict without ``action_type`` whose keys are mechanism fields (the
     DAEDALUS designer's JSON), or ``set_mechanism`` with those fields flat, is a set_mechanism.
+    ``blocks`` (or a function making it, called only for a payload with block ids) reads
+    GPU-arena block ids (``b_<lab>_<k>``) against the acting lab's holdings
+    (:mod:`market.core.arena_payloads`); without it only ids that carry their round are read.
     """
     if isinstance(raw, _Action):
         return raw
@@ -566,12 +510,15 @@ def parse_action(raw: object, designer: bool = False) -> _Action:
         if flat or "action_type" not in raw:
             rest = {k: v for k, v in raw.items() if k not in _MECHANISM_KEYS and k != "action_type"}
             raw = {"action_type": "set_mechanism", "mechanism": flat, **rest}
+    if not designer and ("block_ids" in raw or "requested_block_ids" in raw):
+        try:  # arena block ids need the acting lab's holdings, which the validators lack
+            raw = arena_payload(raw, blocks() if callable(blocks) else blocks)
+        except BlockIdError as exc:
+            raise ActionParseError(f"invalid {_kind(raw)}: {exc}") from None
     try:
         return action_adapter.validate_python(raw)
     except ValidationError as exc:
-        raise ActionParseError(
-            f"invalid {raw.get('action_type', 'action')}: {_describe(exc)}"
-        ) from None
+        raise ActionParseError(f"invalid {_kind(raw)}: {_describe(exc)}") from None
     except (TypeError, ValueError, RecursionError) as exc:
         raise ActionParseError(f"invalid action: {exc}") from None
 

@@ -46,6 +46,9 @@ class Offer:
     message: str | None = None
     countered_from: str | None = None
     short: bool = False  # a short forward sale (market.core.delivery)
+    # a swap (the GPU-arena's): the sender, buying ``blocks``, also hands over these blocks
+    give_blocks: int = 0
+    give_round: int = -1
 
     @property
     def seller(self) -> int:
@@ -206,6 +209,9 @@ def handle_send_offer(
         raise ActionError(
             f"you already have {MAX_OPEN_OFFERS} open offers; wait for replies or withdraw one with reject_offer"
         )
+    give_round = _give_round(action.give_blocks, action.give_round, now, rounds)
+    if action.give_blocks:
+        _check_can_deliver(world, book, me, action.give_blocks, give_round, now, "you")
     short = action.side == "sell" and action.short
     if short:
         _check_short(world, book, me, action.blocks, action.price, delivery, now, "you")
@@ -222,13 +228,43 @@ def handle_send_offer(
         price=action.price,
         delivery_round=delivery,
         created_round=now,
-        expires_round=min(delivery, now + action.expires_in - 1),
-        message=action.message,  # never open past delivery
+        # never open past delivery (of either leg of a swap)
+        expires_round=min(
+            delivery, now + action.expires_in - 1, *([give_round] * (give_round >= 0))
+        ),
+        message=action.message,
         short=short,
+        give_blocks=action.give_blocks,
+        give_round=give_round,
     )
     book.next_offer += 1
     book.offers[offer.offer_id] = offer
     return offer
+
+
+def _give_round(give_blocks: int, give_round: int | None, now: int, rounds: int) -> int:
+    """The round of a swap's give leg (-1 without one), checked like a delivery round."""
+    if not give_blocks:
+        return -1
+    r = now if give_round is None else give_round
+    if not now <= r < rounds:
+        raise ActionError(
+            f"give_round must be between the current round {now} and the last round {rounds - 1}"
+        )
+    return r
+
+
+def _move_or_contract(
+    world: World, book: Book, seller: int, buyer: int, blocks: int, price: float, r: int, now: int
+) -> Contract | None:
+    """Blocks of round ``r`` change hands: now if ``r`` is this round, else a forward contract."""
+    if r == now:
+        move_blocks(world, seller, buyer, now, blocks)
+        return None
+    contract = Contract(f"k{book.next_contract}", seller, buyer, blocks, price, r)
+    book.next_contract += 1
+    book.contracts.append(contract)
+    return contract
 
 
 def _open_offer_to_me(book: Book, offer_id: str, me: int, verb: str) -> Offer:
@@ -257,6 +293,14 @@ def handle_counter(
         raise ActionError(
             f"you already have {MAX_OPEN_OFFERS} open offers; wait for replies or withdraw one with reject_offer"
         )
+    if action.give_blocks and side != "buy":
+        raise ActionError(
+            f"offer {original.offer_id} is a buy offer, so your counter sells; a swap's "
+            "give_blocks go with a counter that buys: drop them (blocks = what you sell)"
+        )
+    give_round = _give_round(action.give_blocks, action.give_round, now, rounds)
+    if action.give_blocks:
+        _check_can_deliver(world, book, me, action.give_blocks, give_round, now, "you")
     if side == "sell":
         _check_can_deliver(world, book, me, action.blocks, original.delivery_round, now, "you")
     else:
@@ -270,9 +314,11 @@ def handle_counter(
         price=action.price,
         delivery_round=original.delivery_round,
         created_round=now,
-        expires_round=max(original.expires_round, now),
+        expires_round=max(original.expires_round, now) if give_round < 0 else now,
         message=action.message,
         countered_from=original.offer_id,
+        give_blocks=action.give_blocks,
+        give_round=give_round,
     )
     book.next_offer += 1
     original.status = "countered"
@@ -340,6 +386,10 @@ def handle_accept(
             _check_can_deliver(
                 world, book, seller, offer.blocks, offer.delivery_round, now, "the sender"
             )
+        if offer.give_blocks:  # a swap: the sender (the buyer) also hands blocks over
+            _check_can_deliver(
+                world, book, buyer, offer.give_blocks, offer.give_round, now, "the sender"
+            )
     except ActionError:
         offer.status = "void"
         return offer, None
@@ -356,6 +406,11 @@ def handle_accept(
             _post_short_collateral(world, book, contract)
         book.next_contract += 1
         book.contracts.append(contract)
+    if offer.give_blocks:  # the give leg carries no price: the swap's price is the main leg's
+        leg = _move_or_contract(
+            world, book, buyer, seller, offer.give_blocks, 0.0, offer.give_round, now
+        )
+        contract = contract or leg
     return offer, contract
 
 

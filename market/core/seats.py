@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any
 
 DESIGNER = "designer_0"
 BIDDER_PREFIX = "bidder_"
@@ -52,3 +53,20 @@ _LAB_INDEX_KEPT = 100_000
 def seat_order(seat: str) -> tuple[int, int]:
     """Sort key for seats: the designer first, then bidders by lab index."""
     return (0, 0) if seat == DESIGNER else (1, lab_index(seat))
+
+
+_LAB = re.compile(r"lab_(0|[1-9][0-9]*)")
+
+
+def seat_alias(value: Any) -> Any:
+    """An arena lab id as our seat: ``"lab_3"`` or ``3`` -> ``"bidder_3"``; anything else as is."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return bidder_seat(value)
+    if isinstance(value, str) and (match := _LAB.fullmatch(value.strip())):
+        return bidder_seat(int(match.group(1)))
+    return value
+
+
+def seats_alias(value: Any) -> Any:
+    """:func:`seat_alias` over a list (or one value)."""
+    return [seat_alias(v) for v in value] if isinstance(value, list) else seat_alias(value)

@@ -13,7 +13,7 @@ import math
 from typing import ClassVar, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from market.core.trust import quote_untrusted
 
@@ -55,6 +55,10 @@ class OfferView(_View):
     status: str
     message: str | None = None
     short: bool = False  # a short forward sale: the seller may not own the blocks yet
+    # a swap (buy offers only): the sender also hands over give_blocks of give_round; left out
+    # of the JSON when absent, so observations without swaps keep their bytes (obs digests)
+    give_blocks: int | None = Field(None, exclude_if=lambda v: v is None)
+    give_round: int | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class ContractView(_View):

@@ -417,6 +417,9 @@ def offer_view(world: World, o: Offer) -> OfferView:
         status=o.status,
         message=o.message,
         short=o.short,
+        # every field, in declared order (fast_model keeps it: the JSON bytes stay the same)
+        give_blocks=o.give_blocks or None,
+        give_round=o.give_round if o.give_blocks else None,
     )
 
 

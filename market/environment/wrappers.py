@@ -290,13 +290,15 @@ def _set_auction(auction_type: str) -> Callable[[Observation, int], Built]:
 
 
 def _raise_reserve(obs: Observation, unit_limit: int) -> Built:
-    reserve = obs.mechanism.reserve_price or 0.0
-    return _mechanism(reserve_price=min(1e9, round(reserve * 1.25 + 1.0, 6))), True
+    reserve = obs.mechanism.reserve_price or 0.0  # credits, whatever the scenario's units
+    return _mechanism(units="credits", reserve_price=min(1e9, round(reserve * 1.25 + 1.0, 6))), True
 
 
 def _lower_reserve(obs: Observation, unit_limit: int) -> Built:
     reserve = obs.mechanism.reserve_price or 0.0  # the inverse of _raise_reserve, floored at 0
-    return _mechanism(reserve_price=max(0.0, round((reserve - 1.0) / 1.25, 6))), True
+    return _mechanism(
+        units="credits", reserve_price=max(0.0, round((reserve - 1.0) / 1.25, 6))
+    ), True
 
 
 def _toggle_policy(obs: Observation, unit_limit: int) -> Built:

@@ -25,10 +25,16 @@ STAND_IN_STEPS = {"single_trade": 3, "market_round": 5, "coalition_market": 9}
 
 @pytest.fixture
 def forget_seed() -> Iterator[None]:
-    """Tests that import the stand-in in this process leave neither it nor its path behind."""
+    """Tests that import the stand-in in this process leave neither it nor its path behind, and
+    find no other ``gpu_budget_arena`` already imported (tests/compat_seed holds the real one)."""
     path = list(sys.path)
+    _forget_arena()
     yield
     sys.path[:] = path
+    _forget_arena()
+
+
+def _forget_arena() -> None:
     for name in [m for m in sys.modules if m.split(".")[0] == "gpu_budget_arena"]:
         del sys.modules[name]
 

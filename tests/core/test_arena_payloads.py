@@ -11,6 +11,10 @@ from support import craft, make_env
 
 from market.core.actions import ACTION_TYPES, ActionParseError, parse_action
 from market.core.arena import ARENA_FIELDS, ARENA_KEYS, arena_table
+from market.core.arena_payloads import BlockContext
+
+#: lab 0 in round 0 holding 2 blocks of round 0 and 1 of round 1: b_0_0, b_0_1 are round 0's
+CTX = BlockContext(me=0, now=0, holdings=[2, 1])
 
 ROOT = Path(__file__).resolve().parents[2]
 NULLS = dict.fromkeys(ARENA_KEYS)  # the arena sends every field, unused ones null
@@ -70,6 +74,12 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("reject_offer", "offer_id", dict(offer_id="o3"), dict(offer_id="o3")),
     (
         "counter_offer",
+        "target_lab_id",
+        dict(offer_id="o3", target_lab_id="lab_1", block_ids=["r1"], payment=2),
+        dict(offer_id="o3", blocks=1),
+    ),
+    (
+        "counter_offer",
         "offer_id",
         dict(offer_id="o3", block_ids=["r1"], payment=2),
         dict(offer_id="o3"),
@@ -127,6 +137,12 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("form_coalition", "payment", dict(target_lab_id="lab_3", payment=20), dict(contribution=20.0)),
     ("commit_to_coalition", "coalition_id", dict(coalition_id="c1"), dict(coalition_id="c1")),
     ("commit_to_coalition", "payment", dict(coalition_id="c1", payment=9), dict(contribution=9.0)),
+    (
+        "commit_to_coalition",
+        "block_ids",
+        dict(coalition_id="c1", block_ids=["b_0_0", "b_0_2"]),
+        dict(pledge_blocks=2),
+    ),
     ("allocate_to_job", "job_id", dict(job_id="job2", block_ids=["r0"]), dict(job_id="job2")),
     ("allocate_to_job", "block_ids", dict(job_id="job2", block_ids=["r0", "r0"]), dict(blocks=2)),
     (
@@ -151,7 +167,7 @@ def test_the_cases_cover_every_arena_field() -> None:
 def test_arena_field_becomes_ours(
     kind: str, field: str, payload: dict[str, Any], expected: dict[str, Any]
 ) -> None:
-    action = parse_action(arena(kind, **payload))
+    action = parse_action(arena(kind, **payload), blocks=CTX)
     assert action.action_type == kind
     assert {k: getattr(action, k) for k in expected} == expected
 
@@ -165,26 +181,34 @@ def test_all_null_payloads(kind: str) -> None:
     "payload, message",
     [
         (
+            arena("send_offer", target_lab_id="lab_1", block_ids=["r1", "r2"], payment=1),
+            "the arena's offer over blocks of several rounds has no single offer here",
+        ),
+        (
             arena(
                 "send_offer",
                 target_lab_id="lab_1",
-                block_ids=["r1"],
-                requested_block_ids=["r1"],
+                block_ids=["b_0_0", "b_0_2"],
+                requested_block_ids=["b_1_0"],
                 payment=1,
             ),
-            "a swap",
-        ),
-        (
-            arena("send_offer", target_lab_id="lab_1", block_ids=["r1", "r2"], payment=1),
-            "send one offer per round",
+            "the arena's swap offer over blocks of several rounds",
         ),
         (
             arena("send_offer", target_lab_id="lab_1", block_ids=["b_0_1"], payment=1),
-            "block id 'b_0_1' (entry 0) is not one of ours",
+            "arena block id 'b_0_1' names a position in a lab's holdings",
         ),
         (
-            arena("commit_to_coalition", coalition_id="c0", block_ids=["r1"]),
-            "coalition pools hold credits",
+            arena("send_offer", target_lab_id="lab_1", block_ids=["b_0_0", "b_0_0"], payment=1),
+            "names block 'b_0_0' twice",
+        ),
+        (
+            arena("send_offer", target_lab_id="lab_1", block_ids=["blk7"], payment=1),
+            "'blk7' is not a block id",
+        ),
+        (
+            arena("send_offer", target_lab_id="lab_1", requested_block_ids=["b_2_0"], payment=1),
+            "'b_2_0' is bidder_2's block, not the target's (bidder_1)",
         ),
         (arena("wait", message="hello"), "unknown field 'message'"),
     ],
@@ -192,8 +216,10 @@ def test_all_null_payloads(kind: str) -> None:
 def test_arena_payloads_that_cannot_mean_anything_here(
     payload: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(ActionParseError, match=re.escape(message)):
-        parse_action(payload)
+    ctx = None if "position" in message else CTX
+    with pytest.raises(ActionParseError, match=re.escape(message)) as err:
+        parse_action(payload, blocks=ctx)
+    assert "\n" not in str(err.value)
 
 
 def test_arena_offer_plays_in_the_env_and_reports_ignored_conditions() -> None:

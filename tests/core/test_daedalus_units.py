@@ -56,10 +56,10 @@ def test_the_value_scale_is_the_scenarios() -> None:
     assert env.mechanism.reserve_price == 0.0
 
 
-def test_a_bare_daedalus_json_is_a_clear_error_not_a_reinterpretation() -> None:
-    before = market.raw_env("daedalus_stage_0")
+def test_a_bare_daedalus_json_is_a_clear_error_where_credits_are_the_default() -> None:
+    before = market.raw_env("daedalus_stage_0", mechanism_units="credits")
     before.reset(seed=0)
-    env, info = design_step(json.dumps(BARE))
+    env, info = design_step(json.dumps(BARE), mechanism_units="credits")
     error = str(info["error"])
     assert '"units": "daedalus"' in error and "8.10 credits" in error and "\n" not in error
     assert env.mechanism == before.mechanism  # nothing applied
@@ -72,7 +72,9 @@ def test_explicit_credits_and_ordinary_credit_updates_are_left_alone() -> None:
     env, info = design_step({**BARE, "units": "credits"})
     assert "error" not in info and env.mechanism.reserve_price == pytest.approx(0.18)
     # a small reserve in credits without DAEDALUS's penalty fields is not the signature
-    env, info = design_step({"reserve_price": 0.5, "auction_type": "second_price"})
+    env, info = design_step(
+        {"reserve_price": 0.5, "auction_type": "second_price"}, mechanism_units="credits"
+    )
     assert "error" not in info and env.mechanism.reserve_price == pytest.approx(0.5)
     assert "units" not in info["result"]
     # nor is one with a field DAEDALUS lacks, or an auction type it lacks

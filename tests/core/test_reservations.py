@@ -124,7 +124,10 @@ def test_reserve_respects_forward_contracts_and_rounds() -> None:
 @pytest.mark.parametrize(
     "raw, message",
     [
-        ({"action_type": "reserve_capacity", "block_ids": ["b_0_1"]}, "block id 'b_0_1' (entry 0)"),
+        (
+            {"action_type": "reserve_capacity", "block_ids": ["b_0_1"]},
+            "arena block id 'b_0_1' names a position",
+        ),
         ({"action_type": "reserve_capacity", "block_ids": ["r1"], "blocks": 2}, "not both"),
         ({"action_type": "release_capacity", "blocks": 0}, "greater than or equal to 1"),
     ],
