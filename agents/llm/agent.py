@@ -78,6 +78,7 @@ from agents.llm.tools import (
     tool_result_message,
 )
 from agents.scripted import truthful_bid
+from market.core.action_checks import choices, validate_for
 from market.core.actions import (
     ActionModel,
     ActionParseError,
@@ -106,8 +107,17 @@ STAT_KEYS: tuple[str, ...] = (
     "reasoning_tokens",
     "degraded_features",
     "over_budget",
+    "semantic_refusals",
+    "repeated_replies",
 )
 MAX_ECHO_CHARS = 4_000  # a failed reply is echoed back this long in the repair message
+#: a repair after a reply that repeated an earlier one samples at least this hot, with a new seed
+REPEAT_TEMPERATURE = 0.7
+
+
+class SemanticError(ActionParseError):
+    """A well-formed action the env would refuse (``validate_for``), and the valid choices."""
+
 
 # ---------------------------------------------------------------------------------------------
 # the agent
@@ -246,10 +256,7 @@ class LLMAgent(BaseAgent):
             params.setdefault("reasoning_effort", self.reasoning_effort)
         return params
 
-    def _validate(self, raw: str, obs: Observation) -> ActionModel:
-        return self._validate_value(extract_json(split_think(raw)[0]), obs)
-
-    def _validate_value(self, value: Any, obs: Observation) -> ActionModel:
+    def _validate_value(self, value: Any, obs: Observation, semantic: bool = True) -> ActionModel:
         if isinstance(value, dict) and "action_type" not in value and "reasoning" in value:
             value = {k: v for k, v in value.items() if k != "reasoning"}  # the flat mechanism form
         action = parse_action(value, designer=obs.role == "designer")
@@ -261,12 +268,19 @@ class LLMAgent(BaseAgent):
             raise ActionParseError(
                 f"'agent' is {action.agent!r} but you are {obs.seat}; drop 'agent'"
             )
+        if semantic and (reasons := validate_for(action, obs)):  # the env's checks: repair loop
+            raise SemanticError(
+                f"the market would refuse this {action.action_type}: {reasons[0]}. "
+                f"Valid now: {choices(obs, action.action_type)}"
+            )
         return action
 
-    def parse_reply(self, raw: str, obs: Observation) -> ActionModel:
+    def parse_reply(self, raw: str, obs: Observation, semantic: bool = True) -> ActionModel:
         """A reply as this seat turns it into an action: extracted, validated, its type legal now
-        and addressed to this seat. Raises :class:`ActionParseError` (the repair message)."""
-        return self._validate(raw, obs)
+        and addressed to this seat, and (``semantic``) one the env would accept. Raises
+        :class:`ActionParseError` (the repair message). A GRPO reward passes ``semantic=False``:
+        the env itself refuses the action and charges its penalty."""
+        return self._validate_value(extract_json(split_think(raw)[0]), obs, semantic)
 
     def fallback_action(self, obs: Observation) -> ActionModel:
         """The action played when the model gives nothing usable."""
@@ -334,10 +348,18 @@ class LLMAgent(BaseAgent):
         extra: Messages = []
         reply: dict[str, Any] | None = None
         call: ToolCall | None = None
+        repeated = False
         for attempt in range(self.retries + 1):
             if attempt:
                 self.stats["retries"] += 1
-                fix = repair_message(exchange["error"], obs, self.templates)
+                error = exchange["error"]
+                if repeated:  # the same reply again: change the prompt and the sampling
+                    error += " Your reply repeated an earlier reply word for word; write another."
+                    hot = max(float(params.get("temperature") or 0.0), REPEAT_TEMPERATURE)
+                    params = {**params, "temperature": hot}
+                    if "seed" in params:
+                        params["seed"] = (int(params["seed"]) + attempt) % (2**31)
+                fix = repair_message(error, obs, self.templates)
                 if call is not None:
                     extra += [assistant_tool_message(call), tool_result_message(call.id, fix)]
                 else:
@@ -364,6 +386,8 @@ class LLMAgent(BaseAgent):
                 exchange["errors"].append(exchange["error"])
                 break
             exchange["raw"] = outcome.text
+            repeated = outcome.text in exchange["raw_replies"]
+            self.stats["repeated_replies"] += repeated
             exchange["raw_replies"].append(outcome.text)
             text, think = split_think(outcome.text)
             calls = list(getattr(outcome, "tool_calls", None) or []) if tools else []
@@ -387,7 +411,8 @@ class LLMAgent(BaseAgent):
                     field = value["reasoning"]
                 action = self._validate_value(value, obs)
             except ActionParseError as exc:
-                self.stats["parse_failures"] += 1
+                kind = "semantic_refusals" if isinstance(exc, SemanticError) else "parse_failures"
+                self.stats[kind] += 1
                 exchange["error"] = str(exc)
                 exchange["errors"].append(str(exc))
                 continue

@@ -360,13 +360,27 @@ class Memory:
         if prev is None or prev.closed or self.last_obs is None:
             return ""
         lines, quotes = observation_diff(self.last_obs, obs)
+        # the env's verdict on it (Observation.last_action): a refused action changed nothing
+        verdict = obs.last_action
+        refused = (
+            verdict is not None
+            and not verdict.accepted
+            and (verdict.round, verdict.phase) == (prev.round, prev.phase)
+        )
         what = "was replaced by the fallback" if prev.fallback else "was played"
         head = f"Your action in round {prev.round} ({prev.phase}) {what}: {_short_action(prev.action)}."
+        if refused and verdict is not None:
+            head = (
+                f"Your action in round {prev.round} ({prev.phase}), "
+                f"{_short_action(prev.action)}, was refused by the market: {verdict.error}; "
+                f"it changed nothing and cost {verdict.penalty:g}."
+            )
         changes = "\n".join(f"- {line}" for line in lines) or "- nothing else changed"
         result = "\n".join([head, "What changed since your last turn:", changes, *quotes])
         prev.digest = (
             f"round {prev.round} {prev.phase}: you played {_short_action(prev.action)}"
             + (" (fallback)" if prev.fallback else "")
+            + (f" (refused: {verdict.error})" if refused and verdict is not None else "")
             + (f"; then {'; '.join(lines[:3])}" if lines else "")
         )[:MAX_DIGEST_CHARS]
         prev.closed = True

@@ -6,6 +6,9 @@ agent raised (``agent_errors``), ran past the time limit (``timeouts``), or fell
 seat's failure share is ``fallbacks / decisions``. ``repairs`` (an LLM seat re-asked after an
 unusable reply) are shown but are not failures: the decision may still have succeeded. An LLM
 judge fails a verdict when it falls back on the rule verdict (``kind="llm-fallback"``).
+``refused`` counts the seat's actions the env refused (``infos[seat]["error"]``, the result rows'
+``invalid_actions``): a seat fails ``--strict SHARE`` when its fallbacks, or its refused
+actions, exceed SHARE of its decisions (:attr:`SeatHealth.worst`).
 
 The same counts come from a run's result rows (:func:`from_rows`: ``gpumarket run``, ``eval``,
 ``tournament``) and from transcripts (:func:`from_episodes`: the HTML report), so a run whose
@@ -43,6 +46,7 @@ class SeatHealth:
     agent_errors: int = 0
     timeouts: int = 0
     repairs: int = 0
+    refused: int = 0  # actions the env refused
     first_error: str | None = None
     episodes: int = 0
 
@@ -52,8 +56,20 @@ class SeatHealth:
         return self.fallbacks / self.decisions if self.decisions else 0.0
 
     @property
+    def refused_share(self) -> float:
+        """Share of its decisions the env refused (0 when it made none)."""
+        return min(1.0, self.refused / self.decisions) if self.decisions else 0.0
+
+    @property
+    def worst(self) -> float:
+        """The larger of the fallback and the refused share: what ``--strict`` compares."""
+        return max(self.share, self.refused_share)
+
+    @property
     def troubled(self) -> bool:
-        return bool(self.fallbacks or self.agent_errors or self.timeouts or self.repairs)
+        return bool(
+            self.fallbacks or self.agent_errors or self.timeouts or self.repairs or self.refused
+        )
 
     @property
     def label(self) -> str:
@@ -67,8 +83,10 @@ class SeatHealth:
         timeouts: int = 0,
         repairs: int = 0,
         first_error: str | None = None,
+        refused: int = 0,
     ) -> None:
         self.decisions += decisions
+        self.refused += refused
         self.fallbacks += fallbacks
         self.agent_errors += agent_errors
         self.timeouts += timeouts
@@ -134,6 +152,7 @@ def from_rows(rows: Iterable[Mapping[str, Any]], prefix: str = "") -> list[SeatH
             timeouts=int(row.get("timeouts", 0) or 0),
             repairs=int(row.get("repairs", stats.get("retries", 0)) or 0),
             first_error=row.get("first_error") or row.get("last_agent_error"),
+            refused=int(row.get("invalid_actions", 0) or 0),
         )
         episode = (prefix, row.get("config"), row.get("seed"))
         if episode not in judged:
@@ -154,6 +173,7 @@ def seat_counts(result: Any) -> dict[str, dict[str, Any]]:
             "timeouts": timeouts,
             "fallbacks": errors + timeouts + int(stats.get("fallbacks", 0) or 0),
             "repairs": int(stats.get("retries", 0) or 0),
+            "refused": int(result.invalid_actions.get(seat, 0)),
             "first_error": result.first_error.get(seat),
         }
     return out
@@ -174,7 +194,14 @@ def from_matches(records: Iterable[Mapping[str, Any]]) -> list[SeatHealth]:
             health[key].add(
                 **{
                     k: counts.get(k, 0)
-                    for k in ("decisions", "fallbacks", "agent_errors", "timeouts", "repairs")
+                    for k in (
+                        "decisions",
+                        "fallbacks",
+                        "agent_errors",
+                        "timeouts",
+                        "repairs",
+                        "refused",
+                    )
                 },
                 first_error=counts.get("first_error"),
             )
@@ -201,11 +228,13 @@ def from_episodes(episodes: Sequence[Any]) -> list[SeatHealth]:
                     "agent_errors": 0,
                     "timeouts": 0,
                     "repairs": 0,
+                    "refused": 0,
                     "first_error": None,
                 },
             )
             c["decisions"] += 1
             c["repairs"] += ev.repairs
+            c["refused"] += ev.error is not None
             error = ev.agent_error or (
                 f"fallback: {ev.llm_error or 'no usable reply'}" if ev.fallback else None
             )
@@ -225,8 +254,9 @@ def from_episodes(episodes: Sequence[Any]) -> list[SeatHealth]:
 
 
 def over_share(health: Iterable[SeatHealth], share: float) -> list[SeatHealth]:
-    """The seats that fell back on more than ``share`` of their decisions."""
-    return [h for h in health if h.decisions and h.share > share]
+    """The seats that fell back, or were refused by the env, on more than ``share`` of their
+    decisions."""
+    return [h for h in health if h.decisions and h.worst > share]
 
 
 def warnings(health: Iterable[SeatHealth], share: float = WARN_SHARE) -> list[str]:
@@ -242,10 +272,16 @@ def warnings(health: Iterable[SeatHealth], share: float = WARN_SHARE) -> list[st
                 if h.seat.endswith(JUDGE)
                 else f"{own} without a usable reply"
             )
-        out.append(
-            f"{h.label} fell back on {h.share:.0%} of its {h.decisions} decisions "
-            f"({', '.join(parts)}); first error: {h.first_error or 'none recorded'}"
-        )
+        if h.share > share:
+            out.append(
+                f"{h.label} fell back on {h.share:.0%} of its {h.decisions} decisions "
+                f"({', '.join(parts)}); first error: {h.first_error or 'none recorded'}"
+            )
+        if h.refused_share > share:
+            out.append(
+                f"{h.label} had {h.refused} of its {h.decisions} actions refused by the env "
+                f"({h.refused_share:.0%})"
+            )
     return out
 
 
@@ -263,17 +299,27 @@ def print_health(
     total = sum(h.decisions for h in health)
     if not troubled:
         console.print(
-            f"agent health: no fallbacks, agent errors, timeouts or repairs in {total} {what}",
+            f"agent health: no fallbacks, agent errors, timeouts or repairs in {total} {what}; "
+            "no action refused by the env",
             style="green",
             highlight=False,
         )
         return
     table = Table(
         title="agent health: decisions that fell back (errors + timeouts + the "
-        "agent's own fallbacks) and LLM repairs",
+        "agent's own fallbacks), LLM repairs and actions the env refused",
         title_justify="left",
     )
-    for col in ("seat", "agent", "decisions", "fell back", "errors", "timeouts", "repairs"):
+    for col in (
+        "seat",
+        "agent",
+        "decisions",
+        "fell back",
+        "errors",
+        "timeouts",
+        "repairs",
+        "refused",
+    ):
         table.add_column(
             col,
             justify="left" if col in ("seat", "agent") else "right",
@@ -281,7 +327,7 @@ def print_health(
             overflow="fold",
         )
     for h in troubled:
-        style = "bold red" if h.share > WARN_SHARE else ("yellow" if h.fallbacks else None)
+        style = "bold red" if h.worst > WARN_SHARE else ("yellow" if h.fallbacks else None)
         table.add_row(
             escape(h.seat),
             escape(h.agent),
@@ -290,6 +336,7 @@ def print_health(
             str(h.agent_errors),
             str(h.timeouts),
             str(h.repairs),
+            f"{h.refused} ({h.refused_share:.0%})",
             style=style,
         )
     console.print(table)
@@ -301,10 +348,10 @@ def print_health(
             console.print(
                 f"{escape(h.label)}: first error: {escape(h.first_error[:300])}", highlight=False
             )
-    if strict is None and any(h.fallbacks for h in health):
+    if strict is None and any(h.fallbacks or h.refused for h in health):
         console.print(
-            f"(--strict [SHARE] exits with code {STRICT_EXIT} when a seat falls back "
-            "on more than SHARE of its decisions)",
+            f"(--strict [SHARE] exits with code {STRICT_EXIT} when a seat falls back, or has "
+            "its actions refused, on more than SHARE of its decisions)",
             style="dim",
             highlight=False,
         )
@@ -314,11 +361,19 @@ def strict_failures(health: Sequence[SeatHealth], share: float | None) -> list[s
     """The one-line reasons a ``--strict SHARE`` run fails (empty: it passes)."""
     if share is None:
         return []
-    return [
-        f"{h.label} fell back on {h.fallbacks} of {h.decisions} decisions ({h.share:.1%}), "
-        f"above --strict {share:g}"
-        for h in over_share(health, share)
-    ]
+    out = []
+    for h in over_share(health, share):
+        if h.share > share:
+            out.append(
+                f"{h.label} fell back on {h.fallbacks} of {h.decisions} decisions "
+                f"({h.share:.1%}), above --strict {share:g}"
+            )
+        if h.refused_share > share:
+            out.append(
+                f"{h.label} had {h.refused} of {h.decisions} actions refused by the env "
+                f"({h.refused_share:.1%}), above --strict {share:g}"
+            )
+    return out
 
 
 def parse_share(text: str) -> float:

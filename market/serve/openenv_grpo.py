@@ -147,7 +147,7 @@ class OpenEnvReward:
         parser = LLMAgent(_NoBackend(), fallback="safe")  # type: ignore[arg-type]
         penalty = 0.0
         try:
-            action = parser.parse_reply(completion, obs)
+            action = parser.parse_reply(completion, obs, semantic=False)
         except ActionParseError:
             self.parse_failures += 1
             action = parser.fallback_action(obs)

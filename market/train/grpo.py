@@ -184,7 +184,7 @@ class EnvReward:
         text = _completion_text(completion)
         parse_error: str | None = None
         try:
-            action = parser.parse_reply(text, obs)
+            action = parser.parse_reply(text, obs, semantic=False)
         except ActionParseError as exc:
             parse_error = str(exc)
             action = parser.fallback_action(obs)

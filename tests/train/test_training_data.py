@@ -51,6 +51,12 @@ class PolicyBackend:
 
 
 class PolicyLLM(LLMAgent):
+    """An LLM seat without the semantic pre-check, so that the env itself refuses decision 4 and
+    the transcript holds an env refusal to export (as transcripts of other seats do)."""
+
+    def _validate_value(self, value: Any, obs: Observation, semantic: bool = True) -> Any:
+        return super()._validate_value(value, obs, semantic=False)
+
     def act(self, observation: Observation) -> Any:
         backend = self.backend
         assert isinstance(backend, PolicyBackend)
