@@ -29,6 +29,7 @@ from agents.population import (
     LiarBidder,
     NoNegotiationBidder,
     PromiseBreaker,
+    ReciprocalBidder,
     RuleDesigner,
     RuleExpert,
     ShaderBidder,
@@ -46,6 +47,7 @@ from agents.scripted import (
     RandomValidBidder,
     TruthfulBidder,
 )
+from agents.talk_off import TalkOffAgent, inner_spec
 from agents.torch_policy import TorchPolicyAgent
 
 REGISTRY: dict[str, Callable[..., BaseAgent]] = {
@@ -73,6 +75,7 @@ REGISTRY: dict[str, Callable[..., BaseAgent]] = {
         ShortSeller,
         LiarBidder,
         PromiseBreaker,
+        ReciprocalBidder,
     )
 }
 # agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not
@@ -282,10 +285,13 @@ def _check_params(name: str, factory: Callable[..., BaseAgent], params: dict[str
 
 def make_agent(spec: str, role: str | None = None) -> BaseAgent:
     """Build a fresh agent from its spec; ``role`` ('designer' or 'bidder') is checked if given."""
-    if isinstance(spec, str) and spec.strip().startswith("talk_off:"):
-        from agents.talk_off import make_talk_off  # the talk-off twin (agents/talk_off.py)
-
-        return make_talk_off(spec, role)
+    twin_of = inner_spec(spec)
+    if twin_of is not None:  # the talk-off twin (agents/talk_off.py)
+        if not twin_of:
+            raise AgentSpecError(
+                f"agent spec {spec!r}: write talk_off:SPEC, e.g. talk_off:rule_expert?hedge=false"
+            )
+        return TalkOffAgent(make_agent(twin_of, role), twin_of)
     name, params = parse_spec(spec)
     if name.startswith("llm:"):
         agent = _make_llm(name[4:], params)

@@ -82,17 +82,4 @@ class TalkOffAgent(BaseAgent):
         return result
 
 
-def make_talk_off(spec: str, role: str | None = None) -> TalkOffAgent:
-    """The twin of ``talk_off:INNER``: ``INNER`` built as :func:`agents.registry.make_agent`
-    builds it (its errors are the registry's), wrapped."""
-    from agents.registry import AgentSpecError, make_agent  # the registry calls this lazily
-
-    inner = inner_spec(spec)
-    if not inner:
-        raise AgentSpecError(
-            f"agent spec {spec!r}: write talk_off:SPEC, e.g. talk_off:rule_expert?hedge=false"
-        )
-    return TalkOffAgent(make_agent(inner, role), inner)
-
-
-__all__ = ["PREFIX", "TalkOffAgent", "inner_spec", "make_talk_off"]
+__all__ = ["PREFIX", "TalkOffAgent", "inner_spec"]

@@ -34,6 +34,7 @@ from agents.population.archetypes import (
     CooperativeBidder,
     DeadlinePanickedBidder,
     DeceptiveBidder,
+    ReciprocalBidder,
     RetaliatoryBidder,
     SelfishBidder,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "CooperativeBidder",
     "DeadlinePanickedBidder",
     "DeceptiveBidder",
+    "ReciprocalBidder",
     "RetaliatoryBidder",
     "SelfishBidder",
     "ColluderBidder",

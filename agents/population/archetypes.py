@@ -14,6 +14,8 @@ An offer's price is per block (``price / blocks``). Each archetype's docstring s
 from __future__ import annotations
 
 from agents.population.common import StatefulAgent, as_count, last_price, price_floor, schedule
+from agents.population.trust import TrustLedger
+from agents.scripted import truthful_bid
 from market.core.actions import (
     AcceptOffer,
     ActionModel,
@@ -250,8 +252,10 @@ class RetaliatoryBidder(_Archetype):
     Rule: a lab *wrongs* it when (a) it turns down an offer it sent them: the offer leaves
     ``offers_sent`` before its last round with no trade (no budget change of its price, no new
     contract; it only ever offers blocks it can deliver, so the offer was not void); or (b) it breaches a forward
-    contract with it: the seller's public reputation falls in the round the contract was due.
-    Each wrong (re)starts a punishment of ``forgive_after`` rounds (default 2): until round
+    contract with it: the seller's public reputation falls in the round the contract was due;
+    or (c) its :class:`~agents.population.trust.TrustLedger` sees a wrong by the lab: its public
+    reputation falls (the market's audit of false claims and broken promises, a breach, a
+    coalition left early) or it leaves a coalition of ours early. Each wrong (re)starts a punishment of ``forgive_after`` rounds (default 2): until round
     ``wronged + forgive_after`` it rejects every offer from that lab and sends it none. Offers
     from every other lab are judged as ``cooperative`` judges them: fair ones are accepted.
     """
@@ -270,6 +274,8 @@ class RetaliatoryBidder(_Archetype):
         self.due: dict[int, set[str]] = {}  # round -> sellers of its contracts due then
         self.reputations: dict[str, float] = {}
         self.fair = CooperativeBidder()
+        self.ledger = TrustLedger()
+        self.wrongs_read = 0  # the ledger's wrongs it has acted on
 
     def punished(self, seat: str, now: int) -> bool:
         return self.until.get(seat, -1) > now
@@ -302,6 +308,10 @@ class RetaliatoryBidder(_Archetype):
         self.contracts |= contracts
         self.reputations = dict(obs.reputations)
         self.seen_budget = budget
+        self.ledger.observe(obs)
+        for _, lab, _ in self.ledger.wrongs[self.wrongs_read :]:
+            self.wronged(lab, now)
+        self.wrongs_read = len(self.ledger.wrongs)
 
     def judge(
         self, obs: Observation, sender: str, side: str, blocks: int, price: float, delivery: int
@@ -328,6 +338,71 @@ class RetaliatoryBidder(_Archetype):
             ):  # one open offer at a time: (to, side, price) names it
                 self.sent.append((action.to, action.side, action.price, obs.round))
         return action
+
+
+class ReciprocalBidder(_Archetype):
+    """Bids its true values; trades and joins coalitions, but only with labs it trusts.
+
+    Rule: it keeps a :class:`~agents.population.trust.TrustLedger` of every other lab (from its
+    own observations) and deals only with trusted labs (trust at least the ledger's threshold),
+    at the price margin of their record (:func:`~agents.population.trust.record_margin`, 0 for
+    a good record). An offer from a lab it does not trust is rejected. From a trusted lab, an
+    offer to sell it blocks is accepted when the price per block is at most its value of the
+    next block less the margin (``value x (1 - margin)``) and within its budget; an offer to buy
+    its blocks this round when it has them spare and the price per block is at least the floor
+    plus the margin (``floor x (1 + margin)``); anything else is rejected. It commits to a
+    coalition invitation when its jobs still need blocks and every member and the leader are
+    trusted, paying 10 % of its budget into the pool. Otherwise, with a spare block and no offer
+    out, it offers one block at the fair price (the last revealed clearing price, else the
+    floor) plus the margin to a trusted lab: first those that kept their word to it (most kept
+    first), then the next lab after itself. It bids its values (``truthful``).
+    """
+
+    name = "reciprocal"
+
+    def clear(self) -> None:
+        self.ledger = TrustLedger()
+
+    def observe(self, obs: Observation) -> None:
+        self.ledger.observe(obs)
+
+    def judge(
+        self, obs: Observation, sender: str, side: str, blocks: int, price: float, delivery: int
+    ) -> bool | None:
+        if not self.ledger.trusted(sender):
+            return False
+        per, margin = _per_block(price, blocks), self.ledger.margin(sender)
+        if side == "sell":
+            return per <= _value(obs) * (1.0 - margin) + 1e-9 and price <= (obs.budget or 0.0)
+        return (
+            self.can_sell(obs, blocks, delivery) and per >= price_floor(obs) * (1.0 + margin) - 1e-9
+        )
+
+    def initiate(self, obs: Observation) -> ActionModel:
+        for c in obs.coalitions or ():
+            if (
+                obs.seat in c.invited
+                and _need(obs) > 0
+                and all(self.ledger.trusted(m) for m in (c.leader, *c.members) if m != obs.seat)
+            ):
+                share = int((obs.budget or 0.0) * 10) / 100  # 10 %, rounded down to the cent
+                return CommitToCoalition(coalition_id=c.coalition_id, contribution=share)
+        others = [s for s in obs.active_labs if s != obs.seat and self.ledger.trusted(s)]
+        if _spare(obs) and others and not obs.offers_sent:
+            to = min(
+                others,
+                key=lambda s: (
+                    -self.ledger.kept(s),
+                    lab_index(s) <= lab_index(obs.seat),
+                    lab_index(s),
+                ),
+            )
+            price = round(_fair_price(obs) * (1.0 + self.ledger.margin(to)), 2)
+            return SendOffer(to=to, blocks=1, price=price)
+        return WAIT
+
+    def bid(self, obs: Observation) -> Bid:
+        return truthful_bid(obs)
 
 
 ARCHETYPES: tuple[type[_Archetype], ...] = (

@@ -2,8 +2,29 @@
 how many it must hold to deliver what it owes, and the ``short_seller`` that prices none of it.
 
 Owned blocks fail independently at a round's close with probability ``p`` (docs/world.md,
-Delivery risk), so of ``h`` blocks held, ``Binomial(h, 1 - p)`` survive to be delivered. A lab
-that must deliver ``c`` blocks delivers them all with probability ``P(Binomial(h, 1 - p) >= c)``.
+Delivery risk), so of ``h`` blocks held, ``X ~ Binomial(h, 1 - p)`` survive to be delivered. A
+lab that must deliver ``c`` blocks delivers them all with probability ``P(X >= c)``, and is short
+by ``E[max(0, c - X)]`` blocks on average.
+
+The expected-cost arithmetic the rule expert hedges with:
+
+* **Selling forward.** Each block short at delivery costs the seller ``loss`` = the refund of its
+  price per block plus the withdrawal penalty (plus the compensation, on a short sale). Promising
+  one more block, the ``(c + 1)``-th, raises the expected shortfall by
+  ``E[max(0, c + 1 - X)] - E[max(0, c - X)] = P(X <= c)``, the probability that block is the one
+  missing. The sale pays ``ask`` at once, so it is worth making iff
+  ``ask > loss x P(X <= c)`` (:func:`forward_sale_blocks`). A confidence rule ("deliver all
+  with probability 0.95") ignores the price: it refuses sales that pay at 3 % failure and its
+  breaches never happen, though they are priced.
+* **Covering a forward sale.** In the delivery round, each block held beyond ``h`` is worth
+  ``loss x (E[max(0, c - X_h)] - E[max(0, c - X_{h+1})]) = loss x (1 - p) x P(X_h < c)``
+  (:func:`cover_values`).
+* **Covering a job.** A job without partial credit due this round that needs ``n`` more blocks
+  completes only if ``n`` of the blocks held for it survive the close (and then run): the
+  ``k``-th block beyond ``n`` is worth ``V x (P(X_{n+k} >= n) - P(X_{n+k-1} >= n))`` with ``V``
+  the job's value times the chance its ``n`` blocks all run (:func:`completion_cover_values`).
+  A job with partial credit loses only the value per block of each missing block, which
+  :func:`cover_values` prices with ``loss`` = that value.
 """
 
 from __future__ import annotations
@@ -67,6 +88,33 @@ def cover_values(held: int, owed: int, p: float, loss: float, most: int) -> list
         values.append(value)
         before = after
     return values
+
+
+@functools.lru_cache(maxsize=4096)
+def forward_sale_blocks(held: int, owed: int, p: float, ask: float, loss: float, most: int) -> int:
+    """The most extra blocks ``n <= most`` worth promising for a round in which the lab holds
+    ``held`` blocks and already owes ``owed``, at ``ask`` credits per block, when each block
+    short at delivery costs ``loss``: the ``k``-th is worth selling iff
+    ``ask > loss x P(Binomial(held, 1 - p) <= owed + k - 1)`` (the module doc). That
+    probability grows with ``k``, so the blocks worth selling are the first ``n``."""
+    n = 0
+    while n < most and ask > loss * (1.0 - survive_at_least(held, owed + n + 1, p)) + 1e-9:
+        n += 1
+    return n
+
+
+def completion_cover_values(need: int, p: float, value: float, most: int) -> list[float]:
+    """The value of each block held beyond ``need`` (at most ``most``) for a job worth ``value``
+    that completes only if ``need`` of its blocks survive: the rise in the chance of that,
+    ``P(Binomial(need + k, 1 - p) >= need) - P(Binomial(need + k - 1, 1 - p) >= need)``, times
+    ``value``. Highest first, values under 0.01 credits left out."""
+    values = []
+    before = survive_at_least(need, need, p)
+    for k in range(1, most + 1):
+        after = survive_at_least(need + k, need, p)
+        values.append(round(value * (after - before), 2))
+        before = after
+    return sorted((v for v in values if v >= 0.01), reverse=True)
 
 
 def blocks_to_hold(owed: int, p: float, confidence: float) -> int:

@@ -16,8 +16,16 @@ from agents.population.common import (
     shade,
     unit_limit,
 )
-from agents.population.delivery_risk import cover_values, deliverable, failure_rate_at, owed
+from agents.population.delivery_risk import (
+    completion_cover_values,
+    cover_values,
+    deliverable,
+    failure_rate_at,
+    forward_sale_blocks,
+    owed,
+)
 from agents.population.planning import MarketMemory, Plan, reduce_demand
+from agents.population.trust import TrustLedger
 from agents.scripted import MAX_INVITEES, WAIT, affordable
 from market.core.actions import (
     AcceptOffer,
@@ -83,31 +91,46 @@ class RuleExpert(StatefulAgent):
     bid and a rule-3 fix is pending, it makes that fix instead (bidding nothing and planning
     blocks both leave it out of the auction).
 
+    Trust (:class:`~agents.population.trust.TrustLedger`, from its own observations): it
+    accepts no offer from, offers nothing to, invites no lab and joins no club led by a lab whose
+    trust is below the threshold; it buys from a lab with a poor record only at a discount and
+    sells to it only at a premium (the record margin, :func:`~agents.population.trust.record_margin`:
+    0 at trust 0.5 or more); and it offers spare blocks first to the labs that kept their word
+    to it (delivered contracts, stayed in its clubs), then to last round's winners.
+
     It honours commitments: it never leaves a coalition early, never sells blocks a pursued job
     needs and never sells forward more than it owns.
 
     Delivery risk (:mod:`agents.population.delivery_risk`; off with ``hedge=false``): owned
     blocks fail with the probability ``p_t`` it reads from the observation and the shocks it
-    knows of. It sells forward for round ``t`` only as many spare blocks as it delivers, together
-    with what it already owes then, with probability at least ``confidence`` (0.95), and it never
-    sells short. A block it bids for now is worth its value times ``1 - p`` (it must survive the
-    round's close to run). In the round a forward sale is due it buys cover: each block beyond its holdings
-    is worth the drop in the expected cost of being short that it buys (a missing block costs
-    the refund of its price, the withdrawal penalty and any compensation), so it bids for cover
-    only while that drop is worth something.
+    knows of. It sells forward for round ``t`` each spare block whose price beats the expected
+    cost of its being the one missing (the refund of its price plus the withdrawal penalty,
+    times the chance the blocks it holds then fall short of what it owes including it:
+    :func:`~agents.population.delivery_risk.forward_sale_blocks`), capped, with a
+    ``confidence``, at what it delivers with that probability; it never sells short. A block it
+    bids for now is worth its value times ``1 - p`` (it must survive the round's close to run).
+    It buys cover in the round a forward sale or a job is due: each block beyond its holdings
+    is worth the drop in the expected cost of being short that it buys (a missing contracted
+    block costs the refund of its price, the withdrawal penalty and any compensation; a job
+    without partial credit is lost whole), so it bids for cover only while that drop is worth
+    something.
     """
 
     name = "rule_expert"
     PURPOSE = "buying club"
 
-    def __init__(self, hedge: bool | str = True, confidence: float | str = 0.95) -> None:
+    def __init__(self, hedge: bool | str = True, confidence: float | str | None = None) -> None:
         self.hedge = as_flag(hedge, "hedge")
-        try:
-            self.confidence = float(confidence)
-        except (TypeError, ValueError):
-            raise ValueError(f"confidence must be a number, got {confidence!r}") from None
-        if not 0.0 < self.confidence < 1.0:
-            raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+        self.confidence: float | None = None  # None: no cap beyond the expected-cost rule
+        if confidence is not None and confidence != "":
+            try:
+                self.confidence = float(confidence)
+            except (TypeError, ValueError):
+                raise ValueError(f"confidence must be a number, got {confidence!r}") from None
+            if not 0.0 < self.confidence < 1.0:
+                raise ValueError(
+                    f"confidence must lie strictly between 0 and 1, got {confidence!r}"
+                )
         super().__init__()
 
     def clear(self) -> None:
@@ -120,6 +143,7 @@ class RuleExpert(StatefulAgent):
         self.pitched: set[int] = set()
         self.kept_off: set[tuple[int, str]] = set()
         self.club_job: dict[int, str] = {}
+        self.ledger = TrustLedger()  # what it has seen each lab do (agents/population/trust.py)
 
     # --- helpers --------------------------------------------------------------------------
     def _market_price(self, obs: Observation, plan: Plan) -> float:
@@ -135,13 +159,18 @@ class RuleExpert(StatefulAgent):
             t = offer.delivery_round
             if t < obs.round or offer.expires_round < obs.round:
                 continue
-            if offer.side == "sell":  # it would buy
+            if not self.ledger.trusted(offer.sender):
+                continue  # a lab it does not trust: no trade
+            margin = self.ledger.margin(offer.sender)  # its record's price margin
+            if offer.side == "sell":  # it would buy: at a discount from a poor record
                 values = plan.wanted.get(t, [])[: offer.blocks]
-                if len(values) == offer.blocks and offer.price <= min(sum(values), budget):
+                if len(values) == offer.blocks and offer.price <= min(
+                    sum(values) * (1.0 - margin), budget
+                ):
                     return AcceptOffer(offer_id=offer.offer_id)
             elif offer.blocks <= plan.spare.get(t, 0) and offer.price >= offer.blocks * price_floor(
                 obs
-            ):
+            ) * (1.0 + margin):
                 return AcceptOffer(offer_id=offer.offer_id)
         return None
 
@@ -151,6 +180,8 @@ class RuleExpert(StatefulAgent):
         for c in obs.coalitions or ():
             if obs.seat not in c.invited or c.term_end != obs.round or c.split != "proportional":
                 continue
+            if not self.ledger.trusted(c.leader):
+                continue  # a club led by a lab it does not trust
             price = _club_price(c)
             if price is None:
                 continue
@@ -205,23 +236,18 @@ class RuleExpert(StatefulAgent):
             blocks = plan.spare[t]
             if blocks <= 0 or self.sold_out.get((obs.round, t)) == obs.active_labs:
                 continue
-            if self.hedge and t > obs.round:  # forward: only what it delivers with confidence
-                held = (
-                    (obs.holdings or [])[t - obs.round]
-                    if t - obs.round < len(obs.holdings or [])
-                    else 0
-                )
-                blocks = min(
-                    blocks,
-                    deliverable(held, owed(obs, t)[0], failure_rate_at(obs, t), self.confidence),
-                )
+            if self.hedge and t > obs.round:  # forward: only blocks whose sale pays its risk
+                blocks = self._forward_blocks(obs, t, blocks, ask)
+            # only blocks it owns: one bought on a contract is not its to sell before delivery
+            blocks = min(blocks, _unsold(obs, t))
             if blocks <= 0:
                 continue
             if not ranked:
                 winners = (obs.last_result.winners or {}) if obs.last_result is not None else {}
+                # trusted labs only; reciprocity first (labs that kept their word to it)
                 others = sorted(
-                    (s for s in obs.active_labs if s != obs.seat),
-                    key=lambda s: (-winners.get(s, 0), s),
+                    (s for s in obs.active_labs if s != obs.seat and self.ledger.trusted(s)),
+                    key=lambda s: (-self.ledger.kept(s), -winners.get(s, 0), s),
                 )
                 ranked = True
             for other in others:
@@ -233,7 +259,7 @@ class RuleExpert(StatefulAgent):
                     to=other,
                     side="sell",
                     blocks=blocks,
-                    price=round(ask * blocks, 2),
+                    price=round(ask * blocks * (1.0 + self.ledger.margin(other)), 2),
                     delivery_round=t,
                     message=f"{blocks} spare block(s) for round {t}",
                 )
@@ -245,7 +271,47 @@ class RuleExpert(StatefulAgent):
         if self.hedge:  # a block bought now survives to run only with probability 1 - p
             survive = 1.0 - failure_rate_at(obs, obs.round)
             values = [round(v * survive, 6) for v in values]
-        return schedule(values + self._cover(obs), obs)
+        cover = sorted(self._cover(obs) + self._job_cover(obs, plan), reverse=True)
+        return schedule(values + cover[:MAX_COVER], obs)
+
+    def _forward_blocks(self, obs: Observation, t: int, blocks: int, ask: float) -> int:
+        """How many of ``blocks`` spare blocks for round ``t`` it sells forward at ``ask`` per
+        block: those whose price beats the expected cost of being short on them
+        (:func:`forward_sale_blocks`; a missing block costs the refund of ``ask`` and the
+        withdrawal penalty), and, with a ``confidence``, no more than it delivers with that
+        probability (:func:`deliverable`)."""
+        ahead = t - obs.round
+        holdings = obs.holdings or []
+        held = holdings[ahead] if ahead < len(holdings) else 0
+        already, p = owed(obs, t)[0], failure_rate_at(obs, t)
+        loss = ask + obs.mechanism.withdrawal_penalty
+        blocks = min(blocks, forward_sale_blocks(held, already, p, ask, loss, blocks))
+        if self.confidence is not None:
+            blocks = min(blocks, deliverable(held, already, p, self.confidence))
+        return blocks
+
+    def _job_cover(self, obs: Observation, plan: Plan) -> list[float]:
+        """Bids for blocks beyond what its jobs due this round need, against owned blocks that
+        fail at the close: for a job without partial credit, each extra block is worth the rise
+        in the chance that all its blocks survive times the job's value (and the chance they
+        all run, ``reliability ** need``; :func:`completion_cover_values`); for a job with
+        partial credit, the drop in its expected missing blocks times its value per block
+        (:func:`cover_values`). Jobs due later can replace a failed block in a later round."""
+        p = failure_rate_at(obs, obs.round)
+        if not self.hedge or p <= 0.0:
+            return []
+        rel = obs.reliability
+        values: list[float] = []
+        for jp in plan.jobs:
+            job = jp.job
+            need = job.size - job.progress
+            if not jp.pursue or job.deadline != obs.round or job.min_reliability > rel or need < 1:
+                continue
+            if job.partial_credit:
+                values += cover_values(need, need, p, jp.unit * rel, MAX_COVER)
+            else:
+                values += completion_cover_values(need, p, job.value * rel**need, MAX_COVER)
+        return values
 
     def _cover(self, obs: Observation) -> list[float]:
         """Bids for blocks beyond its holdings that lower the expected cost of being short on
@@ -270,7 +336,7 @@ class RuleExpert(StatefulAgent):
         )
         if short is None:
             return None
-        others = [s for s in obs.active_labs if s != obs.seat]
+        others = [s for s in obs.active_labs if s != obs.seat and self.ledger.trusted(s)]
         leading = any(c.leader == obs.seat for c in obs.coalitions or ())
         if (
             not others
@@ -323,6 +389,7 @@ class RuleExpert(StatefulAgent):
     def act(self, obs: Observation) -> ActionModel:
         self.memory.observe(obs)
         self.values.observe(obs)
+        self.ledger.observe(obs)
         if obs.phase not in ("negotiation", "bidding"):
             return WAIT
         plan = self.memory.plan(obs)
@@ -348,6 +415,12 @@ class RuleExpert(StatefulAgent):
                 return fix
         self.memory.bid_units[obs.round] = len(bid.bids)
         return bid
+
+
+def _unsold(obs: Observation, t: int) -> int:
+    """Blocks it owns for round ``t`` and has not sold forward (what the market lets it offer)."""
+    held = obs.holdings or []
+    return (held[t - obs.round] if 0 <= t - obs.round < len(held) else 0) - owed(obs, t)[0]
 
 
 def _club_price(coalition: CoalitionView) -> float | None:

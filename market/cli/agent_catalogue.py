@@ -108,6 +108,11 @@ BUILT_IN: tuple[tuple[str, str, str], ...] = (
         "Picks uniformly among the legal action types, then random arguments that are usually valid.",
     ),
     (
+        "reciprocal",
+        "bidder",
+        "Bids its true values; trades and joins coalitions, but only with labs it trusts.",
+    ),
+    (
         "retaliatory",
         "bidder",
         "Cooperative, except toward labs that wronged it, which it punishes, then forgives.",

@@ -11,14 +11,13 @@ from rich.table import Table
 from market.cli.flags import DEFAULT_SEEDS, parse_seeds, parse_specs
 from market.record.console import terminal_console
 from market.run.jobs import RunConfigError, RunInterrupted
+from market.run.negotiation_report import DEFAULT_SEEDS as REPORT_SEEDS
+from market.run.negotiation_report import SEAT, negotiation_report
 
 
 def cmd_negotiation(args: argparse.Namespace) -> int:
     """``gpumarket eval --negotiation``: value of talk, cost of lying, contract rates, hedging
     gain and negotiable welfare per scenario, written to OUT/negotiation.{csv,md,svg}."""
-    from market.run.negotiation_report import DEFAULT_SEEDS as REPORT_SEEDS
-    from market.run.negotiation_report import SEAT, negotiation_report
-
     if args.mechanisms or args.expert_matrix:
         print(
             "gpumarket eval: --negotiation, --mechanisms and --expert-matrix are separate "

@@ -22,6 +22,7 @@ from rich.table import Table
 from market.cli.expert_matrix_command import cmd_expert_matrix
 from market.cli.flags import one_line, parse_seeds, parse_specs
 from market.cli.leaderboard_command import cmd_leaderboard, wants_leaderboard
+from market.cli.negotiation_command import cmd_negotiation
 from market.record.console import terminal_console
 from market.record.report import write_run_report
 from market.record.report.run_page import files_in
@@ -213,8 +214,6 @@ DEFAULT_EVAL_SCENARIOS = "single_trade,market_round,coalition_market"
 
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.negotiation:
-        from market.cli.negotiation_command import cmd_negotiation  # loaded only when asked
-
         return cmd_negotiation(args)
     if args.expert_matrix:
         return cmd_expert_matrix(args)

@@ -11,5 +11,9 @@ from __future__ import annotations
 BREACH_REPUTATION_LOSS = 0.05
 #: a lab leaving an active coalition before its term ends loses this much
 COALITION_EXIT_REPUTATION_LOSS = 0.1
-#: a lab whose pitch the judge finds a false claim in loses this much at clearing
+#: a lab whose pitch the judge finds a false claim in loses this much at clearing; the market's
+#: audit (``market.core.audit``) charges the same for each claim the conduct judge found false
 FALSE_CLAIM_REPUTATION_LOSS = 0.05
+#: the market's audit: a lab loses this much for each promise in words the conduct judge decided
+#: broken at a round's close (promises the market already charges, breaches and exits, excepted)
+BROKEN_PROMISE_REPUTATION_LOSS = 0.05

@@ -23,8 +23,11 @@ from pettingzoo.utils import wrappers
 from agents.llm.judge import make_judge
 from market.core import actions, execution, negotiation, reservations
 from market.core import coalitions as coal
+from market.core.action_checks import check_action
 from market.core.actions import ActionModel, ActionParseError, parse_action
 from market.core.arena import ignored_conditions
+from market.core.arena_payloads import BlockContext
+from market.core.audit import audit_round
 from market.core.bidding import RoundOrders
 from market.core.claims import with_claims
 from market.core.collusion import InteractionGraph
@@ -32,7 +35,7 @@ from market.core.judge import JudgeHistory
 from market.core.ledger import ActionError
 from market.core.lifecycle import admit_entrants, apply_round_shocks, retire_lab
 from market.core.mechanisms import Mechanism
-from market.core.phases import LEGAL, TALK_ACTIONS, check_turn, round_schedule
+from market.core.phases import LEGAL, TALK_ACTIONS, round_schedule
 from market.core.rng import RngStreams
 from market.core.round_close import RewardEvent, breach_rewards, close_round
 from market.core.seats import DESIGNER, bidder_seat, lab_index
@@ -154,8 +157,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             return
         self._cumulative_rewards[agent] = 0.0
         self._pending[agent] = {}
-        # rewards/infos are touched only for seats that got something this step: O(1) per step
-        # in a market of thousands of labs, not O(labs)
+        # only seats that got something this step are touched: O(1) per step, not O(labs)
         for a in self.rewarded:
             if a in self.rewards:
                 self.rewards[a] = 0.0
@@ -163,8 +165,9 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         info: dict[str, object] = {"round": self.round, "phase": self.phase}
         self.conduct.begin_step()
         try:
-            act = parse_action(action, designer=agent == DESIGNER)
-            check_turn(act, agent, self.phase)
+            blocks = BlockContext.reader(self.world, agent, self.round)  # GPU-arena block ids
+            act = parse_action(action, designer=agent == DESIGNER, blocks=blocks)
+            check_action(act, self.observe(agent), self.scenario.capacity.max_units_per_bid)
             info["action"] = act.action_type
             self.conduct.before_action(self.world, agent, act, self.round)
             result = info["result"] = self._apply(agent, act)
@@ -236,11 +239,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
 
     def is_live(self, agent: str) -> bool:
         """Whether ``agent`` has a seat now that is neither terminated nor truncated."""
-        return (
-            agent in self.terminations
-            and not self.terminations[agent]
-            and not self.truncations[agent]
-        )
+        return not (self.terminations.get(agent, True) or self.truncations[agent])
 
     # --- rounds ------------------------------------------------------------------------
     def _start_round(self, r: int) -> None:
@@ -297,7 +296,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             if isinstance(act, actions.SetMechanism):
                 # DAEDALUS units: 1 = the highest private value per block (MechanismUpdate)
                 scale = self.scenario.jobs.value_per_block[1]
-                update, converted = act.mechanism.in_credits(scale)
+                update, converted = act.mechanism.in_credits(scale, self.scenario.mechanism_units)
                 self.mechanism = update.apply_to(self.mechanism)
                 if not converted:
                     return {"mechanism": self.mechanism.model_dump()}
@@ -402,6 +401,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             round_summary(result, parts, close.optimum, close.allocated, self.shocks)
         )
         self.conduct.round_closed(result, self.book.contracts)
+        charged = {v.lab for v in result.verdicts if v.false_claims}  # by the committee
+        audit_round(world, self.conduct.take_audit(), charged)  # the market's audit
         # housekeeping for the next round
         coal.end_of_round(world, self.coalitions, now)
         negotiation.expire_offers(self.book, now)

@@ -4,9 +4,11 @@ judged as play goes on (the rules: :mod:`market.core.conduct`, docs/conduct.md).
 The env calls :class:`ConductLog` at three points: before an action is applied (the seat's private
 truth as it spoke), after it succeeded (what it said and promised, and acts that keep or break
 earlier promises), and at each round's close (contract deliveries and pool pledges, then every
-promise whose due round has closed). Nothing here changes the market: the log only reads it, and
-its entries go to the transcript, never to an observation or an info (a verdict would reveal a
-seat's private truth). With the scenario's ``rewards.conduct`` flag on, the env turns false
+promise whose due round has closed). The log only reads the market, and its entries go to the
+transcript, never to an observation or an info (a verdict would reveal a seat's private truth).
+At each round's close the env hands the round's false claims and broken promises
+(:meth:`ConductLog.take_audit`) to the market's audit (:mod:`market.core.audit`), which costs the
+speaker public reputation. With the scenario's ``rewards.conduct`` flag on, the env turns false
 claims, broken promises and manipulation flags into reward components.
 """
 
@@ -179,6 +181,11 @@ class ConductLog:
     _penalties: list[tuple[str, str]] = field(default_factory=list)
     _offer_of: dict[str, str] = field(default_factory=dict)  # contract id -> offer id
     _excused: dict[str, str] = field(default_factory=dict)  # offer id -> why
+    _delivered: set[str] = field(default_factory=set)  # contract ids whose delivery is recorded
+    _audit: list[Entry] = field(default_factory=list)  # false and broken since the last close
+    # replay with another reader (``--rejudge``): the recorded readings' log, whose verdicts the
+    # market's audit keeps reading so the market replays exactly (see take_audit)
+    market: ConductLog | None = None
 
     @property
     def name(self) -> str:
@@ -208,6 +215,16 @@ class ConductLog:
         }
         return [(seat, component, cost[component]) for seat, component in taken]
 
+    def take_audit(self) -> list[Entry]:
+        """The claims judged false and promises decided broken since the last call (the env
+        calls it at each round's close, after :meth:`round_closed`, for the market's audit);
+        with a ``market`` log set, that log's instead."""
+        if self.market is not None:
+            self._audit = []
+            return self.market.take_audit()
+        taken, self._audit = self._audit, []
+        return taken
+
     def _count(self, seat: str, slot: int) -> None:
         self._counts.setdefault(seat, [0] * 5)[slot] += 1
         component = {1: "false_claim", 3: "broken_promise", 4: "manipulation"}.get(slot)
@@ -220,9 +237,13 @@ class ConductLog:
         self.step_entries = []
         self.step_exchanges = []
         self._truth = None
+        if self.market is not None:
+            self.market.begin_step()
 
     def before_action(self, world: World, seat: str, act: actions.ActionModel, now: int) -> None:
         """Note the seat's private truth as it speaks (only for actions that can make a claim)."""
+        if self.market is not None:
+            self.market.before_action(world, seat, act, now)
         if seat == DESIGNER:
             return
         if isinstance(act, _BINDS):
@@ -239,6 +260,8 @@ class ConductLog:
     ) -> None:
         """Judge what a successful action said and promised, and the promises it keeps or breaks
         (``results``: the rounds closed so far, for the public facts a text may misstate)."""
+        if self.market is not None:
+            self.market.after_action(seat, act, result, now, results)
         if seat == DESIGNER:
             return
         if isinstance(act, _RECORDED):
@@ -278,6 +301,8 @@ class ConductLog:
         """An accepted offer binds both sides: the seller to deliver its blocks at the delivery
         round, the buyer to pay its price (credits move at acceptance; spot blocks too, and a
         later round's blocks become ``contract``)."""
+        if self.market is not None:
+            self.market.accepted(offer, contract, now)
         seller, buyer = bidder_seat(offer.seller), bidder_seat(offer.buyer)
         self._transfer(Transfer(now, buyer, seller, credits=offer.price))
         if contract is None:
@@ -300,9 +325,15 @@ class ConductLog:
     def round_closed(self, result: RoundResult, contracts: list[Contract]) -> None:
         """Record the round's contract deliveries and pledges, then decide every promise the
         close decides (due round closed, or fulfilled); appends the round's record to ``rounds``."""
+        if self.market is not None:
+            self.market.round_closed(result, contracts)
         now = result.round
         for contract in contracts:
-            if contract.delivery_round == now and contract.delivered > 0:
+            # due now, or settled early because a party left the market (delivered before its
+            # round: the promise is kept by that round)
+            settled = contract.delivery_round == now or contract.delivered >= 0
+            if settled and contract.delivered > 0 and contract.contract_id not in self._delivered:
+                self._delivered.add(contract.contract_id)
                 self._transfer(
                     Transfer(
                         now,
@@ -331,7 +362,10 @@ class ConductLog:
     def _claim(self, v: Verdict, method: str, model: str | None) -> None:
         if v.label in _SCORE_SLOTS:
             self._count(v.subject.seat, _SCORE_SLOTS[v.label])
-        self.step_entries.append(claim_entry(v, method, model))
+        entry = claim_entry(v, method, model)
+        self.step_entries.append(entry)
+        if v.label == "false":
+            self._audit.append(entry)
 
     def _promise(self, p: Promise, method: str, model: str | None) -> None:
         self._open.append(_Open(p, method, model))
@@ -357,7 +391,10 @@ class ConductLog:
             if v.label in ("kept", "broken", "excused"):
                 if v.label in _SCORE_SLOTS:  # an excused promise is not held against the seat
                     self._count(p.seat, _SCORE_SLOTS[v.label])
-                out.append(promise_entry(v, o.method, o.model))
+                entry = promise_entry(v, o.method, o.model)
+                out.append(entry)
+                if v.label == "broken":
+                    self._audit.append(entry)
             else:
                 still.append(o)
                 if not o.listed and out is self.step_entries:

@@ -33,6 +33,7 @@ from market.core import settlement
 from market.core.judge import JudgeHistory
 from market.core.seats import bidder_seat
 from market.environment.aec import raw_env
+from market.environment.conduct_log import ConductLog
 from market.environment.observations import digest_json
 from market.record.reader import (
     Transcript,
@@ -229,6 +230,8 @@ def replay(
     # reader (rejudging) gives other verdicts
     judged = h.conduct_judge is not None and conduct_reader is None
     if conduct_reader is not None:
+        # the market's audit keeps reading the recorded readings, so the market replays exactly
+        env.conduct.market = ConductLog(env.conduct.reader)
         env.conduct.reader = conduct_reader
     tally = Tally()
     obs_cache: dict[str, tuple[Any, str]] = {}

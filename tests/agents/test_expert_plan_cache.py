@@ -12,7 +12,7 @@ import pytest
 
 from agents.population import NoNegotiationBidder, RuleExpert, plan_jobs
 from agents.population.common import credits_down, price_floor, schedule
-from agents.population.delivery_risk import deliverable, failure_rate_at, owed
+from agents.population.expert import _unsold
 from agents.population.planning import JobPlan, MarketMemory, Plan, expected_price
 from agents.registry import make_agent
 from agents.scripted import MAX_INVITEES, WAIT
@@ -185,21 +185,18 @@ class ReferenceExpert(RuleExpert):
         self.memory = FreshMemory()
 
     def _sell(self, obs: Observation, plan: Plan) -> ActionModel | None:
-        others = [s for s in obs.active_labs if s != obs.seat]
+        others = [s for s in obs.active_labs if s != obs.seat and self.ledger.trusted(s)]
         if not others or len(obs.offers_sent or ()) >= 8:
             return None
         winners = (obs.last_result.winners or {}) if obs.last_result is not None else {}
-        others.sort(key=lambda s: (-winners.get(s, 0), s))
+        others.sort(key=lambda s: (-self.ledger.kept(s), -winners.get(s, 0), s))
         ask = self._market_price(obs, plan)
         for t in sorted(plan.spare):
             blocks = plan.spare[t]
-            if self.hedge and t > obs.round:
-                holdings = obs.holdings or []
-                held = holdings[t - obs.round] if t - obs.round < len(holdings) else 0
-                blocks = min(
-                    blocks,
-                    deliverable(held, owed(obs, t)[0], failure_rate_at(obs, t), self.confidence),
-                )
+            if self.hedge and t > obs.round:  # the forward rule itself is not what is compared
+                blocks = self._forward_blocks(obs, t, blocks, ask)
+            # only blocks it owns: one bought on a contract is not its to sell before delivery
+            blocks = min(blocks, _unsold(obs, t))
             if blocks <= 0:
                 continue
             for other in others:
@@ -211,7 +208,7 @@ class ReferenceExpert(RuleExpert):
                     to=other,
                     side="sell",
                     blocks=blocks,
-                    price=round(ask * blocks, 2),
+                    price=round(ask * blocks * (1.0 + self.ledger.margin(other)), 2),
                     delivery_round=t,
                     message=f"{blocks} spare block(s) for round {t}",
                 )
@@ -221,7 +218,7 @@ class ReferenceExpert(RuleExpert):
         short = next(
             (p for p in plan.jobs if p.short and p.job.min_reliability <= obs.reliability), None
         )
-        others = [s for s in obs.active_labs if s != obs.seat]
+        others = [s for s in obs.active_labs if s != obs.seat and self.ledger.trusted(s)]
         leading = any(c.leader == obs.seat for c in obs.coalitions or ())
         if (
             short is None

@@ -54,6 +54,7 @@ def test_population_is_every_scripted_bidder_but_the_expert() -> None:
         "deadline_panicked",
         "deceptive",
         "retaliatory",
+        "reciprocal",
         "short_seller",
         "liar",
         "promise_breaker",

@@ -387,7 +387,8 @@ def test_rule_expert_rejects_bad_parameters() -> None:
         with pytest.raises(ValueError):
             make_agent(spec)
     assert make_agent("rule_expert?hedge=false").hedge is False
-    assert np.isclose(make_agent("rule_expert").confidence, 0.95)
+    assert make_agent("rule_expert").confidence is None  # no cap beyond the expected-cost rule
+    assert np.isclose(make_agent("rule_expert?confidence=0.95").confidence, 0.95)
 
 
 def test_llm_action_schema_offers_the_new_fields() -> None:

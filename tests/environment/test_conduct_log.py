@@ -243,24 +243,44 @@ def test_conduct_never_reaches_observations_or_infos(tmp_path: Path) -> None:
 
 
 def test_a_delivery_short_only_by_failed_blocks_is_excused() -> None:
-    """coalition_market_medium seed 5 with rule_expert in bidder_0: it sold one block forward
-    for round 3, held one block then, and that block failed (delivery risk); the contract is
-    breached (refund and penalty), but the promise is excused, not broken."""
+    """coalition_market_medium seed 5 with rule_expert in bidder_0: in round 0 it sold three
+    blocks forward for round 4, held three blocks then, and one of them failed (delivery risk);
+    the contract is breached by one block (refund and penalty), but the promise is excused, not
+    broken."""
     env = raw_env("coalition_market_medium")
     seats = default_seats(env.scenario)
     seats["bidder_0"] = "rule_expert"
     result = run_episode(env=env, seed=5, seats=seats)
     breach = [b for r in result.round_log for b in r["breaches"] if b["seller"] == "bidder_0"]
-    assert [(b["shortfall"], b["blocks"]) for b in breach] == [(1, 1)]
+    assert [(b["shortfall"], b["blocks"]) for b in breach] == [(1, 3)]
     failed = [
-        f["failed"] for r in result.round_log if r["round"] == 3 for f in r["failures"]
+        f["failed"] for r in result.round_log if r["round"] == 4 for f in r["failures"]
         if f["seat"] == "bidder_0"
     ]  # fmt: skip
     assert failed == [1]
     excused = [
         v for r in env.conduct.rounds for v in r["verdicts"]
-        if v["seat"] == "bidder_0" and v["promise"] == "deliver" and v["round"] == 2
+        if v["seat"] == "bidder_0" and v["promise"] == "deliver" and v["round"] == 0
     ]  # fmt: skip
     assert [v["label"] for v in excused] == ["excused"]
     assert "failed" in excused[0]["reason"]
+    assert result.conduct["bidder_0"]["promises_broken"] == 0
+
+
+def test_a_contract_settled_early_because_the_buyer_left_is_kept() -> None:
+    """coalition_market seed 0 with rule_expert in bidder_0: it sold bidder_2 two blocks for round
+    6 and one for round 7; bidder_2 left the market in round 5 (an exit shock), so both contracts
+    settled at that close, before their rounds. The seller delivered what it owed: both promises
+    are kept (they were judged broken when only a delivery in the due round counted)."""
+    env = raw_env("coalition_market")
+    seats = default_seats(env.scenario)
+    seats["bidder_0"] = "rule_expert"
+    result = run_episode(env=env, seed=0, seats=seats)
+    exits = [s for r in result.round_log if r["round"] == 5 for s in r["shocks"]]
+    assert any(s.startswith("lab_exit on bidder_2") for s in exits)
+    delivers = [
+        (v["due_round"], v["amount"], v["label"]) for r in env.conduct.rounds for v in r["verdicts"]
+        if v["seat"] == "bidder_0" and v["promise"] == "deliver" and v["counterparts"] == ["bidder_2"]
+    ]  # fmt: skip
+    assert delivers == [(6, 2.0, "kept"), (7, 1.0, "kept")]
     assert result.conduct["bidder_0"]["promises_broken"] == 0

@@ -199,8 +199,9 @@ def test_mechanism_report_matches_episodes_played_directly(tmp_path: Path) -> No
         assert report.metric(name, "fairness") == pytest.approx(mean_ci95(fairness))
         assert report.metric(name, "revenue") == pytest.approx(mean_ci95([r.revenue for r in base]))
         devs = {d.bidder_type: d for d in report.deviations[name]}
-        assert set(devs) == {"shader", "truthful"}
+        assert set(devs) == {"shader", "truthful", "reciprocal"}  # one seat of each type
         assert devs["shader"].seat == "bidder_0" and devs["truthful"].seat == "bidder_2"
+        assert devs["reciprocal"].seat == "bidder_7"
         assert list(devs["shader"].alternatives) == ["truthful"]
         swapped = [
             run_episode(scenario, s, {"designer_0": designer, "bidder_0": "truthful"})

@@ -122,7 +122,7 @@ def test_run_folder_layout_and_rows_match_the_episodes(tmp_path: Path) -> None:
     assert manifest["seats"] == {
         "designer_0": "fixed",
         "bidder_0": "rule_expert",
-        "bidder_1": "always_accept",
+        "bidder_1": "reciprocal",
         "bidder_2": "random_valid",
     }
     assert manifest["scenario"] == load_scenario("market_round").model_dump(mode="json")

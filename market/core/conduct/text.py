@@ -121,7 +121,7 @@ def extract_claims(seat: str, round: int, source: Source, text: str) -> list[Cla
     sentences = resolve_pronouns(split_sentences(text, now=round))
     blocks = any("block" in s for s in sentences)
     for sentence in sentences:
-        found: list[tuple[int, Claim]] = []
+        found: list[tuple[int, int, Claim]] = []
         patterns = CLAIM_PATTERNS + (BARE_PATTERNS if blocks else [])
         for kind, pattern in patterns:
             for m in pattern.finditer(sentence):
