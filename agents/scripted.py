@@ -219,6 +219,7 @@ class RandomDesigner(BaseAgent):
         return SetMechanism.model_validate(
             {
                 "mechanism": {
+                    "units": "credits",  # whatever units the scenario reads by default
                     "auction_type": str(rng.choice(AUCTION_TYPES)),
                     "reserve_price": round(float(rng.uniform(0, 30)), 2),
                     "reveal_reserve": bool(rng.random() < 0.5),

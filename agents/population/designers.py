@@ -93,7 +93,8 @@ class RuleDesigner(StatefulAgent):
         self.last_decision = update
         if not update:
             return WAIT
-        return SetMechanism.model_validate({"mechanism": update})
+        # its amounts are credits, whatever units the scenario reads by default
+        return SetMechanism.model_validate({"mechanism": {"units": "credits", **update}})
 
 
 # ------------------------------------------------------------------------------------------

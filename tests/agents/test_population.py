@@ -634,9 +634,12 @@ def decide(obs: Observation, seen: int | None = None) -> dict[str, Any]:
     agent = fresh(RuleDesigner())
     agent.active_seen = seen
     action = agent.act(obs)
-    return (
-        action.mechanism.model_dump(exclude_none=True) if isinstance(action, SetMechanism) else {}
-    )
+    if not isinstance(action, SetMechanism):
+        return {}
+    update = action.mechanism.model_dump(exclude_none=True)
+    # its amounts are credits, said in so many words: a daedalus scenario reads DAEDALUS units
+    assert update.pop("units") == "credits"
+    return update
 
 
 def test_rule_designer_waits_without_signals() -> None:
@@ -696,6 +699,19 @@ def test_rule_designer_changes_the_mechanism_in_play() -> None:
         changed += any(m != mechs[0] for m in mechs)
         assert res.invalid_actions["designer_0"] == 0
     assert changed >= 1
+
+
+@pytest.mark.parametrize("designer", ["rule_designer", "random"])
+def test_designers_in_credits_play_validly_where_the_scenario_reads_daedalus_units(
+    designer: str,
+) -> None:
+    """daedalus_stage_4 reads a mechanism without ``units`` in DAEDALUS units (reserve in
+    [0, 1]); designers that compute credits say so, so none of their updates is refused (seed 1
+    gave rule_designer 3 and random 5 refusals when they sent bare credits)."""
+    res = run_episode("daedalus_stage_4", 1, {"designer_0": designer})
+    assert res.invalid_actions["designer_0"] == 0
+    changed = {str(log["mechanism"]) for log in res.round_log}
+    assert len(changed) > 1  # and their updates took effect
 
 
 # --- rule expert ------------------------------------------------------------------------------
