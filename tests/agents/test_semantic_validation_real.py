@@ -47,7 +47,7 @@ def test_no_env_refusal_from_a_small_model(llama: LlamaServer, record_property: 
         max_retries=0,
     )
     agent = recording(LLMAgent(backend, retries=2, max_tokens=96, memory="none", context=4096))
-    env = raw_env("market_round", rounds=1, negotiation_turns=1)
+    env = raw_env("market_round", rounds=1, negotiation_turns=1, shocks=[])  # one round, no shock
     result = run_episode(
         env.scenario, seed=0, seats={"bidder_0": agent}, env=env, agent_timeout=1800.0
     )
