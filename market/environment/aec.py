@@ -167,8 +167,8 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         try:
             blocks = BlockContext.reader(self.world, agent, self.round)  # GPU-arena block ids
             act = parse_action(action, designer=agent == DESIGNER, blocks=blocks)
-            check_action(act, self.observe(agent), self.scenario.capacity.max_units_per_bid)
             info["action"] = act.action_type
+            check_action(act, self.observe(agent), self.scenario.capacity.max_units_per_bid)
             self.conduct.before_action(self.world, agent, act, self.round)
             result = info["result"] = self._apply(agent, act)
             self.conduct.after_action(agent, act, result, self.round, self.results)

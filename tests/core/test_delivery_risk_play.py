@@ -39,8 +39,8 @@ def _ci(d: list[float]) -> tuple[float, float, float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["coalition_market", "shock_storm"])
 def test_breaches_and_defaults_happen_in_play(scenario: str) -> None:
-    """With a short seller in the market, owned blocks fail, forward contracts breach and
-    coalition pledges default, at plausible rates (neither never nor always)."""
+    """With a short seller in the market, owned blocks fail and forward contracts breach at
+    plausible rates (neither never nor always); in coalition_market coalition pledges default."""
     contracts = breaches = failed = pledges = defaults = 0
     for seed in range(40):
         env, _ = _episode(scenario, LINEUP, seed)
@@ -59,7 +59,11 @@ def test_breaches_and_defaults_happen_in_play(scenario: str) -> None:
     )
     assert failed > 0 and contracts >= 40
     assert 0.05 <= breach_rate <= 0.95, breach_rate
-    assert defaults >= 1 and default_rate <= 1.0
+    assert default_rate <= 1.0
+    if scenario == "coalition_market":
+        # shock_storm endows blocks every round, so no job there is short enough for
+        # rule_expert to lead a club: pledges (and their defaults) arise only in coalition_market
+        assert defaults >= 1
 
 
 @pytest.mark.slow
