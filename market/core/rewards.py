@@ -4,7 +4,9 @@ Labs (reward units = credits / ``value_unit``): ``job_value`` (change of the job
 x progress/size while live, the realised value once settled), ``auction_payments``,
 ``trade_balance``, ``shill_penalty``, ``withdrawal_penalty``, ``collusion_penalty``,
 ``breach_compensation`` (paid out of a short seller's collateral to the buyer it failed; credits
-actually moved) and two shaping terms, ``invalid_action`` and ``talk_cost``. Talk earns nothing by
+actually moved), two shaping terms, ``invalid_action`` and ``talk_cost``, and, only with
+``rewards.conduct`` on, the conduct penalties ``false_claim``, ``broken_promise`` and
+``manipulation``. Talk earns nothing by
 itself: offers, proposals, messages and pitches only cost ``talk_cost``; what they lead to pays.
 
 Designer: the DAEDALUS composite ``welfare_ratio x fairness x participation x stability`` (each
@@ -15,12 +17,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Literal, get_args
 
 import numpy as np
 
 from scenarios.schema import DESIGNER_WEIGHTS, DesignerWeight
 
-LAB_COMPONENTS: tuple[str, ...] = (
+#: a lab's reward components (docs/rewards.md has a row for each); the last three are the
+#: conduct penalties, paid only with ``rewards.conduct`` on
+LabComponent = Literal[
     "job_value",
     "auction_payments",
     "trade_balance",
@@ -30,7 +35,15 @@ LAB_COMPONENTS: tuple[str, ...] = (
     "breach_compensation",
     "invalid_action",
     "talk_cost",
-)
+    "false_claim",
+    "broken_promise",
+    "manipulation",
+]
+#: every component a seat's ``reward_components`` can hold: a lab's, or the designer's
+#: ``composite`` (a designer's invalid action is ``invalid_action`` too)
+RewardComponent = LabComponent | Literal["composite"]
+LAB_COMPONENTS: tuple[LabComponent, ...] = get_args(LabComponent)
+REWARD_COMPONENTS: tuple[RewardComponent, ...] = (*LAB_COMPONENTS, "composite")
 DESIGNER_COMPONENTS: tuple[str, ...] = (*DESIGNER_WEIGHTS, "revenue", "composite")
 
 

@@ -25,13 +25,13 @@ from market.core.negotiation import Book
 from market.core.pledges import settle_pledges
 from market.core.production import run_round_blocks, run_table_blocks
 from market.core.reservations import with_reserved_jobs
-from market.core.rewards import optimal_welfare
+from market.core.rewards import LabComponent, optimal_welfare
 from market.core.rng import RngStreams
 from market.core.settlement import RoundResult, clear_round
 from market.core.world import World
 from scenarios.schema import Scenario
 
-RewardEvent = tuple[int, str, float]  # (lab, reward component, credits)
+RewardEvent = tuple[int, LabComponent, float]  # (lab, reward component, credits)
 #: a round close over at least this many jobs runs on the numpy job table
 #: (:mod:`market.core.job_table`); a smaller one runs lab by lab on the job objects, where
 #: numpy's fixed cost per call outweighs the loops it saves (measured on the round-closing step:
@@ -150,11 +150,12 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
         table.needs(reliability) if table and mechanism.shill_penalty > 0 else None,
     )
     rewards: list[RewardEvent] = []
-    for component, amounts in (
+    charges: tuple[tuple[LabComponent, dict[int, float]], ...] = (
         ("auction_payments", result.paid),
         ("shill_penalty", result.shill),
         ("collusion_penalty", result.collusion),
-    ):  # a zero amount is no reward: left out (most bidders pay nothing)
+    )
+    for component, amounts in charges:  # a zero amount is no reward: left out (most bidders pay nothing)
         rewards += [(lab, component, -amount) for lab, amount in amounts.items() if amount]
     # owned blocks fail after the auction and before deliveries (market.core.delivery)
     result.failures = fail_owned_blocks(

@@ -36,6 +36,7 @@ from market.core.ledger import ActionError
 from market.core.lifecycle import admit_entrants, apply_round_shocks, retire_lab
 from market.core.mechanisms import Mechanism
 from market.core.phases import LEGAL, TALK_ACTIONS, round_schedule
+from market.core.rewards import LabComponent, RewardComponent
 from market.core.rng import RngStreams
 from market.core.round_close import RewardEvent, breach_rewards, close_round
 from market.core.seats import DESIGNER, bidder_seat, lab_index
@@ -212,10 +213,10 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.infos[agent] = {"reward_components": {}}
         self._pending[agent] = {}
 
-    def _reward(self, agent: str, component: str, value: float) -> None:
+    def _reward(self, agent: str, component: RewardComponent, value: float) -> None:
         self._rewards(((agent, component, value),))
 
-    def _rewards(self, events: Iterable[tuple[str, str, float]]) -> None:
+    def _rewards(self, events: Iterable[tuple[str, RewardComponent, float]]) -> None:
         """Credit each (seat, component, value); a zero, or a seat without a slot, is skipped."""
         rewards, rewarded, pending_of = self.rewards, self.rewarded, self._pending
         for agent, component, value in events:  # thousands in a round close at scale
@@ -226,7 +227,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
             pending = pending_of[agent]
             pending[component] = pending.get(component, 0.0) + value
 
-    def _lab_reward(self, lab: int, component: str, credits: float) -> None:
+    def _lab_reward(self, lab: int, component: LabComponent, credits: float) -> None:
         self._lab_rewards([(lab, component, credits)])
 
     def _lab_rewards(self, events: Iterable[RewardEvent]) -> None:

@@ -41,6 +41,7 @@ from market.core.conduct.judging import (
 from market.core.conduct.model import SeatRecord
 from market.core.conduct.reading import ConductReader, RuleReader, TextReading
 from market.core.negotiation import Contract, Offer
+from market.core.rewards import LabComponent
 from market.core.seats import DESIGNER, bidder_seat, lab_index
 from scenarios.schema import RewardSpec
 
@@ -163,6 +164,10 @@ class _Open:
     listed: bool = False  # its pending entry is in a step's entries
 
 
+#: the conduct counters' slots that carry a penalty, and its reward component
+_PENALISED: dict[int, LabComponent] = {1: "false_claim", 3: "broken_promise", 4: "manipulation"}
+
+
 @dataclass
 class ConductLog:
     """Judges one episode's conduct (see the module docstring). ``step_entries`` holds the last
@@ -178,7 +183,7 @@ class ConductLog:
     _actions: dict[str, list[tuple[int, actions.ActionModel]]] = field(default_factory=dict)
     _transfers: dict[str, list[Transfer]] = field(default_factory=dict)
     _truth: SeatTruth | None = None
-    _penalties: list[tuple[str, str]] = field(default_factory=list)
+    _penalties: list[tuple[str, LabComponent]] = field(default_factory=list)
     _offer_of: dict[str, str] = field(default_factory=dict)  # contract id -> offer id
     _excused: dict[str, str] = field(default_factory=dict)  # offer id -> why
     _delivered: set[str] = field(default_factory=set)  # contract ids whose delivery is recorded
@@ -201,7 +206,7 @@ class ConductLog:
         """:meth:`scores` as JSON."""
         return {seat: score_dict(s) for seat, s in self.scores().items()}
 
-    def penalties(self, spec: RewardSpec) -> list[tuple[str, str, float]]:
+    def penalties(self, spec: RewardSpec) -> list[tuple[str, LabComponent, float]]:
         """The conduct reward: (seat, component, cost) of each false claim, broken promise and
         manipulation flag since the last call, costed by the scenario's penalties; none while
         ``rewards.conduct`` is off (the default), so judging changes no reward."""
@@ -227,7 +232,7 @@ class ConductLog:
 
     def _count(self, seat: str, slot: int) -> None:
         self._counts.setdefault(seat, [0] * 5)[slot] += 1
-        component = {1: "false_claim", 3: "broken_promise", 4: "manipulation"}.get(slot)
+        component = _PENALISED.get(slot)
         if component is not None:
             self._penalties.append((seat, component))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import string
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
@@ -43,7 +43,9 @@ class SeedOnFirstUse(gymnasium.spaces.Space[Any]):
 
     def seed_later(self, seed: int, index: int) -> None:
         """Seed as ``seed(seat_space_seed(seed, index))`` would, when the generator is first used."""
-        self._np_random, self._pending_seed = None, (seed, index)
+        # gymnasium >= 1.3 types ``_np_random`` as never None; None still means "seed on first use"
+        self._np_random = cast("np.random.Generator", None)
+        self._pending_seed = (seed, index)
 
 
 class SeatText(SeedOnFirstUse, Text):

@@ -5,6 +5,7 @@ helper functions, and proof that talk alone cannot be farmed.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from support import ScriptedAgent, WaitAgent, craft, errors, job, make_env, popu
 import market
 from market.core.actions import AcceptOffer, Bid, SendOffer
 from market.core.rewards import (
+    LAB_COMPONENTS,
+    REWARD_COMPONENTS,
     designer_composite,
     exact_products,
     gini,
@@ -163,6 +166,14 @@ def test_returns_are_the_sum_of_their_components(scenario: str) -> None:
             assert ep.returns[seat] == pytest.approx(
                 sum(ep.components.get(seat, {}).values()), abs=1e-9
             )
+            # every component paid is one the RewardComponent type names
+            assert set(ep.components.get(seat, {})) <= set(REWARD_COMPONENTS), seat
+
+
+def test_every_lab_component_has_its_row_in_docs_rewards() -> None:
+    table = (Path(__file__).parents[2] / "docs" / "rewards.md").read_text(encoding="utf-8")
+    rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+    assert set(LAB_COMPONENTS) <= rows, set(LAB_COMPONENTS) - rows
 
 
 # --------------------------------------------------------------------------------------------
