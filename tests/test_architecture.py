@@ -88,50 +88,6 @@ NOT_AT_START_UP = (
     "agents.llm.backends.openai_backend",
     "agents.llm.prompts",
 )
-# the deprecated module paths kept for one release: thin forwarders, outside the rules
-DEPRECATED = (
-    {
-        "market/" + n + ".py"
-        for n in (
-            "rng",
-            "world",
-            "ledger",
-            "actions",
-            "mechanisms",
-            "negotiation",
-            "coalitions",
-            "collusion",
-            "shocks",
-            "execution",
-            "settlement",
-            "rewards",
-            "judge",
-            "observations",
-            "parallel",
-            "wrappers",
-            "rllib",
-            "transcript",
-            "replay",
-            "viewer",
-            "report",
-            "rollout",
-            "runner",
-            "async_runner",
-            "ray_backend",
-            "tournament",
-            "health",
-            "rl_train",
-            "training_data",
-            "llm_bench",
-            "fake_openai_server",
-        )
-    }
-    | {"agents/cache.py"}
-    | {
-        f"agents/backends/{n}.py"
-        for n in ("__init__", "base", "pool", "openai_backend", "hf_backend")
-    }
-)
 
 
 def module_name(path: Path) -> str:
@@ -146,8 +102,7 @@ def modules() -> dict[str, Path]:
     out = {}
     for pkg in PACKAGES:
         for f in (ROOT / pkg).rglob("*.py"):
-            if f.relative_to(ROOT).as_posix() not in DEPRECATED:
-                out[module_name(f)] = f
+            out[module_name(f)] = f
     return out
 
 
@@ -382,7 +337,7 @@ def test_every_module_is_in_the_room_map() -> None:
     present = {f.relative_to(ROOT).as_posix() for f in modules().values()}
     packages = {p for p in present if p.endswith("__init__.py")}
     assert present - packages - listed == set(), "add them to docs/design.md section 10"
-    assert listed - present - DEPRECATED == set(), "docs/design.md section 10 names missing files"
+    assert listed - present == set(), "docs/design.md section 10 names missing files"
 
 
 def test_the_checks_see_real_imports() -> None:

@@ -4,8 +4,6 @@ module paths that keep importing, with a DeprecationWarning, for one release."""
 from __future__ import annotations
 
 import importlib
-import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -89,46 +87,21 @@ def test_evaluate_and_compare_mechanisms_through_the_package(tmp_path: Path) -> 
     assert result.complete
 
 
-# old path -> (a name it must still give, the new home of that name)
-DEPRECATED = {
-    "market.rollout": ("run_episode", run_episode),
-    "market.mechanisms": ("clear", clear),
-    "market.runner": ("run_scenario", run_scenario),
-    "market.tournament": ("run_tournament", run_tournament),
-    "market.replay": ("replay", replay),
-}
+# the flat layout's module paths (0.1.0), removed: each name lives in a room and in ``market``
+REMOVED = (
+    "market.rollout",
+    "market.mechanisms",
+    "market.runner",
+    "market.tournament",
+    "market.replay",
+    "market.world",
+    "market.rl_train",
+    "agents.backends",
+    "agents.cache",
+)
 
 
-@pytest.mark.parametrize("path", sorted(DEPRECATED))
-def test_the_old_module_paths_import_with_a_deprecation_warning(
-    path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    name, fn = DEPRECATED[path]
-    short = path.rpartition(".")[2]
-    before = market.__dict__.get(short)
-    monkeypatch.delitem(sys.modules, path, raising=False)  # restored afterwards
-    try:
-        with pytest.warns(DeprecationWarning, match=path.replace(".", r"\.")):
-            old = importlib.import_module(path)
-        assert getattr(old, name) is fn
-    finally:  # importing ``market.replay`` set ``market.replay`` to the module: put it back
-        if before is None:
-            market.__dict__.pop(short, None)
-        else:
-            setattr(market, short, before)
-
-
-def test_the_old_runner_path_still_gives_the_names_that_moved_out_of_it() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        old = importlib.import_module("market.runner")
-    for name in (
-        "evaluate",
-        "evaluate_mechanisms",
-        "ROBUST",
-        "EvalTable",
-        "RunConfigError",
-        "read_results",
-        "default_workers",
-    ):
-        assert getattr(old, name) is not None, name
+@pytest.mark.parametrize("path", REMOVED)
+def test_the_flat_layouts_module_paths_are_gone(path: str) -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(path)

@@ -1,9 +1,0 @@
-"""Deprecated package path: use ``agents.llm.backends``."""
-
-import warnings
-
-warnings.warn(
-    "agents.backends is deprecated; import agents.llm.backends instead",
-    DeprecationWarning,
-    stacklevel=2,
-)
