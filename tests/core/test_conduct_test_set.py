@@ -25,10 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_conduct_heldout import Measure, measure, table, truth_of
-
-from market.core.conduct import Claim, PublicFacts, judge_claim
-from market.core.conduct.reading import RuleReader
+from test_conduct_heldout import (
+    Measure,
+    disagreements,
+    measure,
+    print_misses,
+    read_negatives,
+    table,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "conduct_test_set.jsonl"
 # regression floors: the AFTER recall (1.000 for both) rounded down to the next 0.05
@@ -66,11 +70,7 @@ def test_test_set_is_large_balanced_and_varied() -> None:
 def test_test_set_labels_agree_with_the_exact_judge() -> None:
     """The generator labels each claim by the rules of docs/conduct.md, written out on its own;
     the exact judge must give every labelled claim the same label."""
-    for case in load():
-        truth = truth_of(case)
-        for c in case["claims"]:
-            claim = Claim(case["seat"], case["round"], "message", c["kind"], float(c["value"]), "")
-            assert judge_claim(claim, truth).label == c["label"], (case["id"], c)
+    assert disagreements(load()) == []
 
 
 def test_test_set_false_claims_regression_floor(measured: Measure) -> None:
@@ -88,22 +88,9 @@ def test_test_set_promises_regression_floor(measured: Measure) -> None:
 def test_test_set_negatives_give_nothing() -> None:
     """Questions, conditionals, other labs' words, offer prices, negations, hedges, requests,
     past acts and public facts: none is read as a claim or promise of the speaker."""
-    reader, facts = RuleReader(), PublicFacts(round=2)
-    read = []
-    for case in load():
-        if case["claims"] or case["promises"]:
-            continue
-        r = reader.read(
-            case["seat"], case["round"], case["source"], case["text"], tuple(case["to"]), facts
-        )
-        if r.claims or r.promises:
-            read.append((case["id"], case["text"], r.claims, r.promises))
+    read = read_negatives(load())
     assert not read, "\n".join(map(str, read))
 
 
 if __name__ == "__main__":
-    m = measure(load())
-    print(table(m))
-    for name, t in (("false claims", m.false_claims), ("promises", m.promises)):
-        print(f"\n## {name}: missed {len(t.misses)}, read but not labelled {len(t.extras)}")
-        print("\n".join(["missed:", *t.misses, "extra:", *t.extras]))
+    print_misses(measure(load()))
