@@ -358,6 +358,8 @@ def test_the_core_and_the_agents_import_on_their_own() -> None:
     for module, heavy in [
         ("market.core.mechanisms", "[]"),
         ("scenarios", "[]"),
+        ("agents.base", "[]"),  # an agent that reads observations loads no PettingZoo
+        ("market.environment", "[]"),  # the env itself on first use of raw_env, env, ...
         ("agents.registry", None),
         ("agents.llm.judge", None),
     ]:

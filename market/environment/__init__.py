@@ -4,6 +4,9 @@ observation models agents read, and the RL view (menu, masks) that RL agents and
 Agents import from here only (never the submodules): ``from market.environment import Observation``.
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 from market.core.trust import (
     QUOTE_PREFIX,
     UNTRUSTED_RULE,
@@ -11,7 +14,6 @@ from market.core.trust import (
     is_quoted_line,
     quote_untrusted,
 )
-from market.environment.aec import env, raw_env
 from market.environment.observations import (
     CoalitionView,
     ContractView,
@@ -31,7 +33,6 @@ from market.environment.observations import (
     marginal_values,
     vector_size,
 )
-from market.environment.parallel import ParallelMarketEnv, parallel_env
 from market.environment.seat_guide import (
     ActionChoice,
     Choice,
@@ -42,14 +43,42 @@ from market.environment.seat_guide import (
     valid_actions,
     verdict,
 )
-from market.environment.wrappers import (
-    MENU,
-    MENU_NAMES,
-    rl_env,
-    rl_parallel_env,
-    seat_rl_observation,
-    translate,
-)
+
+if TYPE_CHECKING:
+    from market.environment.aec import env, raw_env
+    from market.environment.parallel import ParallelMarketEnv, parallel_env
+    from market.environment.wrappers import (
+        MENU,
+        MENU_NAMES,
+        rl_env,
+        rl_parallel_env,
+        seat_rl_observation,
+        translate,
+    )
+
+#: the names that need PettingZoo and Gymnasium, imported on first use, so that an agent that
+#: imports only the observation models does not load them
+_LAZY = {
+    "env": "aec",
+    "raw_env": "aec",
+    "ParallelMarketEnv": "parallel",
+    "parallel_env": "parallel",
+    "MENU": "wrappers",
+    "MENU_NAMES": "wrappers",
+    "rl_env": "wrappers",
+    "rl_parallel_env": "wrappers",
+    "seat_rl_observation": "wrappers",
+    "translate": "wrappers",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"market.environment.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'market.environment' has no attribute {name!r}")
+
 
 __all__ = [
     "MENU",
