@@ -38,6 +38,7 @@ from agents.llm.backends.base import (
 )
 from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
 from agents.llm.cache import occurrence_scope
+from agents.llm.decision_grammar import seat_mode, seat_schema
 from agents.llm.memory import (
     DEFAULT_CONTEXT,
     DEFAULT_MEMORY,
@@ -47,8 +48,8 @@ from agents.llm.memory import (
 from agents.llm.parsing import extract_json
 from agents.llm.prompts import (
     Messages,
-    legal_action_schema,
     load_templates,
+    prompt_budget,
     prompt_messages,
     repair_message,
 )
@@ -58,7 +59,6 @@ from agents.llm.reasoning import (
     reasoning_mode,
     reasoning_tokens,
     split_think,
-    with_reasoning_first,
 )
 from agents.llm.spec import (
     agent_arguments,
@@ -109,6 +109,7 @@ STAT_KEYS: tuple[str, ...] = (
     "over_budget",
     "semantic_refusals",
     "repeated_replies",
+    "cutoffs",
 )
 MAX_ECHO_CHARS = 4_000  # a failed reply is echoed back this long in the repair message
 #: a repair after a reply that repeated an earlier one samples at least this hot, with a new seed
@@ -226,7 +227,7 @@ class LLMAgent(BaseAgent):
         )
         self.reasoning = reasoning_mode(reasoning)
         self.reasoning_effort = effort_value(reasoning_effort)
-        self.mode = tool_mode(mode)
+        self.mode = seat_mode(tool_mode(mode), backend)  # llm:hf refuses tools
         # the seat's prompt templates and persona, checked now (PromptTemplateError, one line)
         self.templates = load_templates(prompt, persona)
         self._seed: int | None = None
@@ -327,9 +328,8 @@ class LLMAgent(BaseAgent):
         if tools:
             params.update(tools=tools, tool_choice=tool_choice(tools))
             exchange["tools"] = [t["function"]["name"] for t in tools]
-        base: Messages = prompt_messages(
-            obs, self.templates
-        )  # memory none, JSON mode: exactly this
+        budget = prompt_budget(self.memory.context, self.params.get("max_tokens"))
+        base: Messages = prompt_messages(obs, self.templates, max_tokens=budget)
         rules = [FIELD_RULE] if self.reasoning == "field" else []
         rules += [TOOLS_RULE] if tools else []
         if rules:
@@ -446,6 +446,7 @@ class LLMAgent(BaseAgent):
             stats["backend_errors"] += 1
             return
         stats["prompt_tokens"] += outcome.prompt_tokens
+        stats["cutoffs"] += outcome.extra.get("finish_reason") == "length"  # the token limit
         stats["completion_tokens"] += outcome.completion_tokens
         if outcome.cached:
             stats["cache_hits"] += 1
@@ -473,10 +474,10 @@ class LLMAgent(BaseAgent):
         return None
 
     def _schema(self, obs: Observation) -> dict[str, Any] | None:
-        if not self.structured:
-            return None
-        schema = legal_action_schema(obs.legal_actions, obs.role == "designer")
-        return with_reasoning_first(schema) if self.reasoning == "field" else schema
+        reasoning = self.reasoning == "field"  # the hf backend: this decision's own grammar
+        return seat_schema(
+            obs, self.backend, self.params, structured=self.structured, reasoning=reasoning
+        )
 
     # --- drivers ----------------------------------------------------------------------------
     def act(self, observation: Observation) -> ActionModel:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, TypeAdapter
 
-from agents.llm.compact import LIMITS, compact_observation
+from agents.llm.compact import compact_observation, trim_repeats
 from agents.llm.prompt_templates import PromptTemplates, default_templates
 from agents.llm.rules import bid_example, seat_rules
 from market.core.actions import ACTION_CLASSES, Bid, MechanismUpdate, Wait
@@ -167,7 +167,7 @@ ALWAYS_DESCRIBED = frozenset({"send_offer"})
 MAX_DESCRIBED = 4
 
 
-def _format_line(sub: dict[str, Any], describe: bool = True) -> str:
+def _format_line(sub: dict[str, Any], describe: bool = True, optional: bool = True) -> str:
     props = sub.get("properties", {})
     required = set(sub.get("required", []))
     kind = props.get("action_type", {}).get("const")
@@ -175,40 +175,55 @@ def _format_line(sub: dict[str, Any], describe: bool = True) -> str:
     for name, prop in props.items():
         if name in ("reasoning", "action_type"):
             continue
+        if name not in required and not optional:
+            parts.append("...")  # optional fields left out (said once, in the prompt's note)
+            continue
         mark = "" if name in required else "?"
         parts.append(f'"{name}"{mark}:{_type_text(prop)}')
+    parts = [p for i, p in enumerate(parts) if p != "..." or "..." not in parts[:i]]
     line = ("" if kind is None else f"{kind}: ") + "{" + ",".join(parts) + "}"
     doc = str(sub.get("description", "")).split("\n\n")[0].replace("\n", " ").strip()
     return f"{line}  {doc}" if doc and describe else line
 
 
+#: how much of each legal action the prompt shows, fullest first (:func:`action_formats`)
+DETAIL_LEVELS = 3
+
+
 @lru_cache(maxsize=64)
-def _action_formats(kinds: tuple[str, ...], designer: bool) -> tuple[str, ...]:
+def _action_formats(kinds: tuple[str, ...], designer: bool, detail: int = 0) -> tuple[str, ...]:
     schema = _legal_schema(kinds, designer)[0]
     defs = schema.get("$defs", {})
     variants = [
         defs[o["$ref"].rsplit("/", 1)[-1]] if "$ref" in o else o
         for o in schema.get("anyOf", [schema])
     ]
+    few = len(kinds) <= MAX_DESCRIBED and detail == 0
     lines = []
     for sub in variants:
         kind = sub.get("properties", {}).get("action_type", {}).get("const")
         if kind is None:  # the designer's flat mechanism form
             continue
-        lines.append(_format_line(sub, len(kinds) <= MAX_DESCRIBED or kind in ALWAYS_DESCRIBED))
+        lines.append(_format_line(sub, few or kind in ALWAYS_DESCRIBED, detail < 2))
     if designer and "set_mechanism" in kinds and "MechanismUpdate" in defs:
         fields = _format_line(defs["MechanismUpdate"], describe=False)
         lines.append(f'"mechanism" of set_mechanism: {fields} (name only the fields to change)')
     return tuple(lines)
 
 
-def action_formats(legal: list[str] | tuple[str, ...], designer: bool = False) -> list[str]:
+def action_formats(
+    legal: list[str] | tuple[str, ...], designer: bool = False, detail: int = 0
+) -> list[str]:
     """One compact line per legal action type: its other fields, e.g.
     ``accept_offer: {"offer_id":str}`` (``?`` marks an optional field), with the
     first paragraph of its docstring when at most :data:`MAX_DESCRIBED` types are legal (else only
-    for :data:`ALWAYS_DESCRIBED`): the prompt's short form of :func:`legal_action_schema`."""
+    for :data:`ALWAYS_DESCRIBED`): the prompt's short form of :func:`legal_action_schema`.
+
+    ``detail`` shortens it for a small context: 1 describes only :data:`ALWAYS_DESCRIBED`
+    whatever the number of types, 2 also shows only the required fields (``...`` where optional
+    ones are left out)."""
     kinds = tuple(k for k in ACTION_CLASSES if k in set(legal))
-    return list(_action_formats(kinds, designer))
+    return list(_action_formats(kinds, designer, min(max(int(detail), 0), DETAIL_LEVELS - 1)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,11 +237,46 @@ _GOALS = {
     ),
 }
 
-#: the default size of the first-turn prompt in estimated tokens (:func:`estimate_tokens`): it
-#: leaves room for the chat template and a 384-token reply in a 2,048-token context (the
-#: negotiation phase's fixed text sets the floor)
+#: chat-template tokens around a decision's two messages (SmolLM2's template adds about 10 a
+#: message), kept free of the prompt budget
+CHAT_OVERHEAD = 32
+#: how far :func:`estimate_tokens` may fall below a real tokenizer's count (measured on every
+#: built-in scenario's prompts with SmolLM2's tokenizer, tests/agents/test_llm_prompts.py)
+ESTIMATE_MARGIN = 1.1
+
+
+def prompt_budget(context: int | None, max_tokens: int | None) -> int | None:
+    """The first-turn prompt's budget in :func:`estimate_tokens` tokens for a model of
+    ``context`` tokens that may write ``max_tokens``: what is left of the context after the reply
+    and the chat template, divided by :data:`ESTIMATE_MARGIN`. None (no limit) without a context."""
+    if context is None:
+        return None
+    left = int(context) - int(max_tokens or 0) - CHAT_OVERHEAD
+    return max(0, int(left / ESTIMATE_MARGIN))
+
+
+#: the default size of the first-turn prompt in estimated tokens (:func:`estimate_tokens`), for
+#: callers that know no context: a 384-token reply in a 2,048-token context
 #: (tests/agents/test_llm_prompts.py measures every built-in scenario with SmolLM2's tokenizer)
-PROMPT_TOKEN_BUDGET = 1_450
+PROMPT_TOKEN_BUDGET: int = prompt_budget(2_048, 384) or 0
+
+#: the prompt's forms, fullest first: the list limit of :func:`compact_observation` and how far
+#: the fixed text is shortened (0: whole; 1: the observation's lines the rest of the prompt repeats
+#: go and only :data:`ALWAYS_DESCRIBED` actions are described; 2: the action formats show only
+#: required fields). The fixed text is shortened before the lists are cut far, and no form cuts
+#: :data:`agents.llm.compact.PROTECTED`.
+FORMS: tuple[tuple[int | None, int], ...] = (
+    (None, 0),
+    (None, 1),
+    (12, 1),
+    (8, 1),
+    (5, 1),
+    (5, 2),
+    (3, 2),
+    (2, 2),
+    (1, 2),
+    (0, 2),
+)
 
 
 _NO_DIGITS = str.maketrans("", "", string.digits)
@@ -246,10 +296,12 @@ def estimate_tokens(text: str) -> int:
 def _context(
     obs: Observation, templates: PromptTemplates, limit: int | None, error: str = ""
 ) -> dict[str, Any]:
-    return {**_base_context(obs, templates, error), **_shown(obs, limit)}
+    return {**_base_context(obs, templates, error), **_shown(obs, templates, limit)}
 
 
-def _base_context(obs: Observation, templates: PromptTemplates, error: str = "") -> dict[str, Any]:
+def _base_context(
+    obs: Observation, templates: PromptTemplates, error: str = "", detail: int = 0
+) -> dict[str, Any]:
     """The template variables that do not depend on how far the observation is cut."""
     return {
         "obs": obs,
@@ -264,14 +316,28 @@ def _base_context(obs: Observation, templates: PromptTemplates, error: str = "")
         "rules": seat_rules(obs),
         "trust_rule": UNTRUSTED_RULE,
         "example": bid_example(obs),
-        "action_formats": action_formats(obs.legal_actions, obs.role == "designer"),
+        "action_formats": action_formats(obs.legal_actions, obs.role == "designer", detail),
         "error": error,
     }
 
 
-def _shown(obs: Observation, limit: int | None) -> dict[str, str]:
+def _shown(
+    obs: Observation, templates: PromptTemplates, limit: int | None, trim: int = 0
+) -> dict[str, str]:
     shown, notes = compact_observation(obs, limit)
-    return {"observation": shown.to_prompt(), "omitted": "; ".join(notes)}
+    text = shown.to_prompt()
+    if trim:
+        text, more = trim_repeats(
+            text,
+            shown,
+            formats_shown="action_formats" in templates.variables["user.j2"],
+            rules_shown="rules" in templates.variables["system.j2"],
+            level=trim,
+        )
+        notes = [*more, *notes]
+    if trim >= 2 and any("..." in line for line in action_formats(obs.legal_actions, False, 2)):
+        notes.append("the optional fields of the action formats (...)")
+    return {"observation": text, "omitted": "; ".join(notes)}
 
 
 def prompt_messages(
@@ -282,19 +348,23 @@ def prompt_messages(
 ) -> Messages:
     """The chat messages of one decision's first request: the system and the user message.
 
-    The single source of the LLM prompt: ``LLMAgent`` sends it and ``market.train.training_data``
-    renders scripted seats' decisions with it. ``templates``: the seat's templates and persona
-    (the built-ins when None). The observation's long lists are cut (:mod:`agents.llm.compact`,
-    longest limit first) until system + user text is at most ``max_tokens`` tokens by
-    :func:`estimate_tokens`, or to the shortest form when none fits; ``max_tokens=None`` never
-    cuts."""
+    The single source of the LLM prompt: ``LLMAgent`` sends it (with the budget its context and
+    ``max_tokens`` leave, :func:`prompt_budget`) and ``market.train.training_data`` renders
+    scripted seats' decisions with it. ``templates``: the seat's templates and persona (the
+    built-ins when None). The prompt takes the fullest of :data:`FORMS` whose system + user text
+    is at most ``max_tokens`` tokens by :func:`estimate_tokens` (the shortest when none fits):
+    first the text the prompt repeats goes, then the observation's long lists are cut
+    (:mod:`agents.llm.compact`, never its protected items). ``max_tokens=None`` never cuts."""
     templates = templates or default_templates()
-    base = _base_context(obs, templates)
     system_varies = bool({"observation", "omitted"} & templates.variables["system.j2"])
     system: dict[str, str] = {}
     user: dict[str, str] = {}
-    for limit in LIMITS if max_tokens is not None else (None,):
-        context = {**base, **_shown(obs, limit)}
+    bases: dict[int, dict[str, Any]] = {}
+    for limit, trim in FORMS if max_tokens is not None else ((None, 0),):
+        detail = min(trim, DETAIL_LEVELS - 1)
+        if detail not in bases:
+            bases[detail] = _base_context(obs, templates, detail=detail)
+        context = {**bases[detail], **_shown(obs, templates, limit, trim)}
         if system_varies or not system:
             system = {"role": "system", "content": templates.render("system.j2", context)}
         user = {"role": "user", "content": templates.render("user.j2", context)}

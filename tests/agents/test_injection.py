@@ -11,7 +11,6 @@ with the same verified facts, even when the model obeyed (no quoting). The measu
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -189,7 +188,9 @@ def test_seat_obeys_no_injection_behind_the_boundary(mode: str, channel: str) ->
 def test_a_seats_own_texts_are_shown_plainly_and_others_quoted() -> None:
     # memory=none: each prompt is Observation.to_prompt() itself (memory's diffs quote too), here
     # uncut (a small context's budget may leave old messages out of a prompt)
-    uncut = functools.partial(prompt_messages, max_tokens=None)
+    def uncut(obs: Any, templates: Any = None, **_: Any) -> Any:
+        return prompt_messages(obs, templates, max_tokens=None)
+
     with patch.object(llm_agent, "prompt_messages", uncut):
         _, backend, _ = seat_episode("Please accept offer o0 now.", "message", memory="none")
     prompt = backend.prompts[-1]

@@ -22,12 +22,18 @@ from agents.llm.backends.base import Completion, ToolCall
 from agents.llm.cache import CachedBackend
 from agents.llm.memory import (
     CHARS_PER_TOKEN,
+    DEFAULT_CONTEXT,
     DEFAULT_MEMORY,
     TokenCounter,
     observation_diff,
     parse_memory,
 )
-from agents.llm.prompts import action_formats, legal_action_schema, prompt_messages
+from agents.llm.prompts import (
+    action_formats,
+    legal_action_schema,
+    prompt_budget,
+    prompt_messages,
+)
 from agents.llm.reasoning import FIELD_RULE, split_think, with_reasoning_first
 from agents.llm.tools import action_tools, call_to_action, tool_choice
 from market.core.actions import ACTION_CLASSES, Bid, SendOffer, Wait
@@ -162,6 +168,11 @@ def test_memory_values_and_default() -> None:
         )
 
 
+def seat_prompt(obs: Any) -> list[dict[str, str]]:
+    """The first-turn prompt of a default seat: cut to the budget its context leaves."""
+    return prompt_messages(obs, max_tokens=prompt_budget(DEFAULT_CONTEXT, 512))
+
+
 def test_memory_none_sends_todays_prompt_every_time() -> None:
     fake = FakeModel()
     agent = LLMAgent(fake, memory="none")
@@ -169,7 +180,7 @@ def test_memory_none_sends_todays_prompt_every_time() -> None:
     observations = seat_observations(n=5)
     for obs in observations:
         agent.act(obs)
-    assert [c[0] for c in fake.calls] == [prompt_messages(o) for o in observations]
+    assert [c[0] for c in fake.calls] == [seat_prompt(o) for o in observations]
     assert all(
         c[1] is legal_action_schema(o.legal_actions)
         for c, o in zip(fake.calls, observations, strict=True)
@@ -185,7 +196,7 @@ def test_window_conversation_diff_and_reset() -> None:
     for obs in observations:
         agent.act(obs)
     first, second, fourth = fake.calls[0][0], fake.calls[1][0], fake.calls[3][0]
-    assert first == prompt_messages(observations[0])  # the first turn is today's prompt
+    assert first == seat_prompt(observations[0])  # the first turn is today's prompt
     # the second request: system, turn 1 (user + the model's reply as sent), the current turn
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
     assert second[1] == first[1] and second[2] == {"role": "assistant", "content": replies[0]}
@@ -213,7 +224,7 @@ def test_window_conversation_diff_and_reset() -> None:
         "user",
     ]
     # the whole first-turn user message again (the observation as the prompt shows it)
-    assert prompt_messages(observations[3])[1]["content"] in fourth[-1]["content"]
+    assert seat_prompt(observations[3])[1]["content"] in fourth[-1]["content"]
     assert (
         agent.last_exchange["memory"]["turns"] == 2
         and agent.last_exchange["memory"]["counter"] == "chars/3"
@@ -221,7 +232,7 @@ def test_window_conversation_diff_and_reset() -> None:
     # reset forgets the conversation
     agent.reset(1)
     agent.act(observations[0])
-    assert fake.calls[-1][0] == prompt_messages(observations[0])
+    assert fake.calls[-1][0] == seat_prompt(observations[0])
 
 
 def test_full_and_summary_memory() -> None:

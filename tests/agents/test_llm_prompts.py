@@ -22,8 +22,10 @@ from agents.llm.prompt_templates import (
     builtin_source,
 )
 from agents.llm.prompts import (
+    PROMPT_TOKEN_BUDGET,
     estimate_tokens,
     load_templates,
+    prompt_budget,
     prompt_messages,
     repair_message,
     sample_observations,
@@ -379,3 +381,82 @@ def test_a_system_template_that_shows_the_observation_gets_it_cut_too(tmp_path: 
     assert user["content"].startswith(shown) and shown != obs.to_prompt()
     whole = prompt_messages(obs, templates, max_tokens=None)[0]["content"]
     assert whole == obs.to_prompt() + "\nCUT:"
+
+
+# ---------------------------------------------------------------------------------------------
+# what compaction keeps, and the budget a seat's context leaves
+
+
+def _addressed(obs: Observation) -> list[str]:
+    return [m.text for m in obs.messages[-10:] if m.to == obs.seat or obs.seat in list(m.to)]
+
+
+@pytest.mark.parametrize("name", ["coalition_market", "shock_storm", "market_round_hard"])
+def test_compaction_never_cuts_counterparties_live_jobs_or_messages_to_the_seat(
+    name: str,
+) -> None:
+    for obs in observations(name):
+        system, user = (m["content"] for m in prompt_messages(obs))
+        text = system + "\n" + user
+        parties = {o.sender for o in obs.offers_received or ()}
+        parties |= {c.buyer for c in obs.contracts or ()} | {c.seller for c in obs.contracts or ()}
+        for co in obs.coalitions or ():
+            parties |= {co.leader, *co.members}
+        for seat in parties & set(obs.active_labs):
+            assert seat in user.split("Active labs: ")[1].split("\n")[0], (obs.seat, seat)
+        for job in obs.jobs or ():
+            if job.status == "active":
+                assert f'"{job.job_id}"' in user or f"- {job.job_id}: " in system, job.job_id
+        for said in _addressed(obs):
+            assert said.splitlines()[0] in text
+        # a few other labs are always named
+        others = [s for s in obs.active_labs if s != obs.seat]
+        shown = user.split("Active labs: ")[1].split(".")[0].split(", ")
+        assert len(set(shown) - {obs.seat}) >= min(len(others), 7)
+
+
+def test_the_fixed_text_is_shortened_before_the_lists_are_cut_far() -> None:
+    obs = max(
+        (o for o in observations("coalition_market") if o.phase == "negotiation"),
+        key=lambda o: len(o.to_prompt()),
+    )
+    whole = prompt_messages(obs, max_tokens=None)[1]["content"]
+    short = prompt_messages(obs, max_tokens=900)[1]["content"]
+    assert "Legal action types now:" in whole and "Legal action types now:" not in short
+    assert '"auction_type"' in whole.split("Mechanism in force")[1].split("\n")[0]
+    assert "Mechanism in force, besides the rules:" in short
+    assert "optional fields of the action formats" in short
+    for kind in obs.legal_actions:  # every legal type keeps its format line
+        assert f"\n{kind}: {{" in short
+
+
+def test_the_budget_comes_from_the_seats_context_and_reply() -> None:
+    assert prompt_budget(2048, 384) == PROMPT_TOKEN_BUDGET
+    assert prompt_budget(None, 384) is None
+    assert prompt_budget(8192, 512) > prompt_budget(4096, 512) > prompt_budget(4096, 2048)
+    obs = max(observations("coalition_market"), key=lambda o: len(o.to_prompt()))
+    sizes = [
+        sum(estimate_tokens(m["content"]) for m in prompt_messages(obs, max_tokens=b))
+        for b in (prompt_budget(2048, 384), prompt_budget(4096, 512), prompt_budget(32768, 512))
+    ]
+    assert sizes[0] <= sizes[1] <= sizes[2]
+    assert sizes[2] == sum(
+        estimate_tokens(m["content"]) for m in prompt_messages(obs, max_tokens=None)
+    )
+
+    class Fake:
+        model = "fake"
+        calls: list[Any] = []
+
+        def complete(self, messages: Any, schema: Any, params: Any) -> Any:
+            from agents.llm.backends.base import Completion  # noqa: PLC0415
+
+            self.calls.append(messages)
+            return Completion(text='{"action_type": "wait"}', model="fake")
+
+    for context, reply in ((2048, 384), (4096, 256)):
+        fake = Fake()
+        fake.calls = []
+        agent = LLMAgent(fake, memory="none", context=context, max_tokens=reply)  # type: ignore[arg-type]
+        agent.act(obs)
+        assert fake.calls[0] == prompt_messages(obs, max_tokens=prompt_budget(context, reply))

@@ -96,7 +96,9 @@ def bounded(schema: Any, name: str = "") -> Any:
     Real ids and seat names are short, and free text past a few hundred characters is noise in a
     negotiation, so id-like strings get :data:`ID_PATTERN` (1 to :data:`MAX_ID_CHARS` id
     characters), other strings :data:`MAX_TEXT_CHARS`, arrays :data:`MAX_ITEMS`. Strings fixed by
-    ``enum``, ``const`` or ``pattern`` are left alone.
+    ``enum``, ``const`` or ``pattern`` are left alone. An LLM seat's own decision grammar
+    (:func:`agents.llm.decision_grammar.decision_schema`: ids as enums, text patterns sized to
+    the reply's ``max_tokens``) bounds everything itself and passes through unchanged.
     """
     if isinstance(schema, list):
         return [bounded(item, name) for item in schema]
