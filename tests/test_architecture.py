@@ -43,6 +43,7 @@ OPTIONAL_EXTRAS = {
     "peft",
     "tiktoken",
     "xgrammar",
+    "matplotlib",
 }
 # start-up time of the CLI (issue 15): the modules that only some commands or seats need, each
 # imported inside the one function that needs it, so that ``import market.cli`` (which a run's
@@ -65,6 +66,7 @@ LAZY_FOR_COMMANDS = {
     "market.cli.play_command": "gpumarket play",
     "market.cli.serve_command": "gpumarket serve",
     "market.cli.openenv_command": "gpumarket openenv",
+    "market.cli.train_command": "gpumarket train-llm (TRL, PEFT: the [train] extra)",
     "agents.registry": "gpumarket agents with a plug-in installed, and regenerating its listing",
 }
 # what --help and agents must not load: the above, and the stacks the other commands import

@@ -65,6 +65,10 @@ def handler(command: str) -> Handler:
         from market.cli.openenv_command import cmd_openenv
 
         return cmd_openenv
+    if command == "train-llm":
+        from market.cli.train_command import cmd_train_llm
+
+        return cmd_train_llm
     raise KeyError(command)
 
 

@@ -59,6 +59,11 @@ HELP: dict[str, str] = {
     "export-sft": "Export the LLM decisions of transcripts as a chat-format SFT dataset (JSONL: "
     "messages = system, user, assistant; metadata = file, seed, step, seat, agent, rewards...). "
     "See docs/training-data.md.",
+    "train-llm": "Fine-tune an LLM seat with LoRA (TRL's SFTTrainer or GRPOTrainer) from a TOML "
+    "config and evaluate it on held-out seeds: the teacher's decisions (e.g. rule_expert's), "
+    "played by the runner, are the SFT data; GRPO scores completions in the real env. Writes the "
+    "run folder OUT: adapter/, log.jsonl, curves.png, eval.json; given again it resumes. Needs "
+    "the [train] extra. See docs/training.md.",
     "bench": "Benchmark this machine: start-up time of the command line, AEC steps/s per "
     "scenario, episodes/s with 1, 2 and all cores and on Ray, clearing time against market size "
     "(10 to 10,000 bidders) with its growth exponent, memory per live env, transcript overhead, "
@@ -105,6 +110,10 @@ EXAMPLES: dict[str, str] = {
     "--valid-only --min-return 0.5\n"
     "         gpumarket export-sft runs/market_round --include-scripted "
     "--agent rule_expert -o distil.jsonl",
+    "train-llm": "gpumarket train-llm sft market/train/configs/smollm2_market_round.toml "
+    "--out runs/sft\n"
+    "  (then seat the adapter in a run: "
+    "--seat 'bidder_0=llm:hf?path=MODEL.gguf&adapter=runs/sft&memory=none')",
     "bench": "gpumarket bench --json bench.json   (later: gpumarket bench --compare bench.json)\n"
     "         gpumarket bench --only startup,clearing,memory --quick\n"
     "         gpumarket bench --compare old.json new.json --threshold 0.2",
@@ -140,6 +149,10 @@ def command_options(name: str) -> Options | None:
         from market.cli.openenv_command import add_openenv_arguments
 
         return add_openenv_arguments
+    if name == "train-llm":
+        from market.cli.train_command import add_train_llm_arguments
+
+        return add_train_llm_arguments
     from market.cli.arguments import OPTIONS
 
     return OPTIONS[name]

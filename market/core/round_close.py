@@ -155,7 +155,8 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
         ("shill_penalty", result.shill),
         ("collusion_penalty", result.collusion),
     )
-    for component, amounts in charges:  # a zero amount is no reward: left out (most bidders pay nothing)
+    # a zero amount is no reward: left out (most bidders pay nothing)
+    for component, amounts in charges:
         rewards += [(lab, component, -amount) for lab, amount in amounts.items() if amount]
     # owned blocks fail after the auction and before deliveries (market.core.delivery)
     result.failures = fail_owned_blocks(

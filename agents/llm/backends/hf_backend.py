@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,19 @@ from agents.llm.backends.hf_loading import (
     load_model,
     require_hf_extra,
 )
+
+
+def adapter_digest(folder: str | Path) -> str:
+    """12 hex digits of the sha256 of an adapter folder's weights and config (names a model)."""
+    h = hashlib.sha256()
+    for p in sorted(Path(folder).iterdir()):
+        if p.is_file() and (
+            p.suffix in (".safetensors", ".bin") or p.name == "adapter_config.json"
+        ):
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
 
 #: request parameters this backend cannot honour (dropped and listed in ``extra["degraded"]``)
 UNSUPPORTED: tuple[str, ...] = ("tools", "tool_choice", "reasoning_effort", "logprobs")
@@ -104,7 +118,9 @@ class HFBackend:
     it. ``quantize="int8"`` runs the linear layers as int8 products on the CPU: about twice the
     tokens a second, at a cost in fidelity (``hf_quantize`` gives the figures; default none).
     ``mask_threads`` writes a step's grammar masks on up to that many threads, one per row at
-    most (None: the cores, at most 16; 1: row by row).
+    most (None: the cores, at most 16; 1: row by row). ``adapter`` is a PEFT LoRA adapter
+    folder (e.g. from ``gpumarket train-llm``), merged into the weights when the model loads
+    (needs ``peft``); the default model name then ends ``+lora-<12 hex of its weights' sha256>``.
 
     The model loads on first use (or with :meth:`load`); with ``share_model`` (default) backends
     with the same (path, gguf_file, device, dtype) share one loaded model and its engine, so an
@@ -135,12 +151,13 @@ class HFBackend:
         share_model: bool = True,
         trust_remote_code: bool = False,
         preload: bool = False,
+        adapter: str | Path | None = None,
     ) -> None:
         if int(max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if timeout is not None and float(timeout) <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout}")
-        self.key = ModelKey.of(path, gguf_file, device, dtype, trust_remote_code, quantize)
+        self.key = ModelKey.of(path, gguf_file, device, dtype, trust_remote_code, quantize, adapter)
         self.source, self.gguf_file = self.key.source, self.key.gguf_file
         require_hf_extra(gguf=self.gguf_file is not None)
         self.path = str(path)
@@ -164,6 +181,9 @@ class HFBackend:
         self.share_model = bool(share_model)
         self.trust_remote_code = bool(trust_remote_code)
         default_name = Path(self.gguf_file).stem if self.gguf_file else Path(self.source).name
+        self.adapter = self.key.adapter
+        if self.adapter:  # another adapter is another model (the response cache's key)
+            default_name = f"{default_name}+lora-{adapter_digest(self.adapter)}"
         self.model = str(model_name or default_name)
         self._loaded: LoadedModel | None = None
         self._generator: Any = None
@@ -390,7 +410,8 @@ class HFBackend:
     def __repr__(self) -> str:
         return (
             f"HFBackend(path={self.path!r}, gguf_file={self.gguf_file!r}, "
-            f"device={self.device!r}, max_new_tokens={self.max_new_tokens})"
+            f"device={self.device!r}, max_new_tokens={self.max_new_tokens}"
+            + (f", adapter={self.adapter!r})" if self.adapter else ")")
         )
 
     __str__ = __repr__

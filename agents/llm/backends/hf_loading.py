@@ -87,6 +87,7 @@ class ModelKey:
     dtype: str | None
     trust_remote_code: bool
     quantize: str = "none"  # "none" or "int8" (hf_quantize)
+    adapter: str | None = None  # a PEFT LoRA adapter folder, merged into the weights on load
 
     @classmethod
     def of(
@@ -97,14 +98,16 @@ class ModelKey:
         dtype: Any = None,
         trust_remote_code: bool = False,
         quantize: str | None = None,
+        adapter: str | Path | None = None,
     ) -> ModelKey:
         """The key of a model folder, ``.gguf`` path or Hub id (raises ``ValueError`` if the
-        path does not exist or ``quantize`` is not a mode for ``device``); ``dtype`` may be a
-        ``torch.dtype`` or its name."""
+        path does not exist, ``quantize`` is not a mode for ``device`` or ``adapter`` is not a
+        PEFT adapter folder); ``dtype`` may be a ``torch.dtype`` or its name."""
         source, gguf = resolve_model_path(path, gguf_file)
         name = None if dtype is None else str(dtype).removeprefix("torch.")
         mode = check_quantize(quantize, str(device))
-        return cls(source, gguf, str(device), name, bool(trust_remote_code), mode)
+        folder = None if adapter in (None, "") else resolve_adapter(adapter)
+        return cls(source, gguf, str(device), name, bool(trust_remote_code), mode, folder)
 
     def where(self) -> str:
         """The model's location as the user gave it, for messages."""
@@ -189,6 +192,50 @@ def resolve_model_path(path: str | Path, gguf_file: str | None = None) -> tuple[
     if str(path).lower().endswith(".gguf") or p.is_absolute() or str(path).startswith((".", "~")):
         raise ValueError(f"model path {str(path)!r} does not exist")
     return str(path), gguf_file  # a Hub model id: loads from the local cache or the Hub
+
+
+#: the file a PEFT adapter folder always holds
+ADAPTER_CONFIG = "adapter_config.json"
+PEFT_HINT = "a LoRA adapter needs the peft package: pip install peft (or 'gpumarket[train]')"
+
+
+def resolve_adapter(adapter: str | Path) -> str:
+    """The absolute path of a PEFT adapter folder (one holding ``adapter_config.json``; a
+    ``gpumarket train-llm`` run folder is taken for its ``adapter/``); ``ValueError`` else."""
+    p = Path(adapter).expanduser()
+    if (
+        p.is_dir()
+        and not (p / ADAPTER_CONFIG).is_file()
+        and (p / "adapter" / ADAPTER_CONFIG).is_file()
+    ):
+        p = p / "adapter"  # a train-llm run folder
+    if not p.exists():
+        raise ValueError(f"adapter {str(adapter)!r} does not exist; give a PEFT adapter folder")
+    if not (p.is_dir() and (p / ADAPTER_CONFIG).is_file()):
+        raise ValueError(
+            f"adapter {str(adapter)!r} is not a PEFT adapter folder (no {ADAPTER_CONFIG} in it)"
+        )
+    return str(p.resolve())
+
+
+def apply_adapter(model: Any, adapter: str) -> Any:
+    """``model`` with the LoRA adapter in ``adapter`` merged into its weights (decoding then
+    costs what the base model costs). :class:`ModelLoadError` when peft is missing or the
+    adapter was trained on another model."""
+    if missing_modules(("peft",)):
+        raise ModelLoadError(f"missing peft: {PEFT_HINT}")
+    from peft import PeftModel
+
+    try:
+        merged = PeftModel.from_pretrained(model, adapter, is_trainable=False).merge_and_unload()
+    except Exception as exc:
+        raise ModelLoadError(
+            one_line(
+                f"cannot apply the adapter {adapter} ({error_reason(exc)}); was it trained on "
+                "this base model?"
+            )
+        ) from None
+    return merged
 
 
 def check_device(name: str) -> Any:
@@ -368,6 +415,8 @@ def load_uncached(key: ModelKey, cache_dir: Path | None = None) -> LoadedModel:
         else:
             tokenizer, model = from_pretrained(key.source, None, key)
             cached, folder, notes = False, None, []
+        if key.adapter:
+            model = apply_adapter(model, key.adapter)
         model.to(device)
         model.eval()
         quantize = apply_quantize(model, key.quantize, key.device)
