@@ -302,20 +302,21 @@ def check_llm_seat(result: Any, seat: str, agent: Any) -> dict[str, float]:
     }
 
 
-def tiny_llama(dtype: Any = None) -> Any:
-    """A random 2-layer Llama (grouped heads: 4 query heads on 2 key heads), in ``dtype``."""
+def tiny_llama(dtype: Any = None, **config: Any) -> Any:
+    """A random 2-layer Llama (grouped heads: 4 query heads on 2 key heads), in ``dtype``;
+    ``config`` overrides its ``LlamaConfig`` (a real tokenizer's vocabulary and special ids)."""
     import torch
     import transformers
 
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
+    settings: dict[str, Any] = {
+        "vocab_size": 128,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+    }
     torch.manual_seed(0)  # torch's layer init; the tests' own draws use generators
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**(settings | config))).eval()
     return model.to(dtype) if dtype is not None else model

@@ -242,7 +242,13 @@ def _common_args(
     }
 
 
-def _finish(trainer: Any, out: Path, stage: str, say: Say) -> Path:
+def _train_and_save(trainer: Any, out: Path, stage: str, plan: str, say: Say) -> Path:
+    """Train (from the last checkpoint in ``out``, if any), save the adapter, plot the curves."""
+    resume = _resume_point(out / "checkpoints")
+    if resume:
+        say(f"{stage}: resuming from {resume}")
+    say(f"{stage}: {plan}")
+    trainer.train(resume_from_checkpoint=resume)
     adapter = out / "adapter"
     trainer.save_model(str(adapter))
     say(f"{stage}: adapter written to {adapter} ({trainer.state.global_step} steps)")
@@ -279,12 +285,8 @@ def train_sft(cfg: TrainLLMConfig, out: Path, say: Say = _say) -> Path:
         peft_config=lora_config(cfg),
         callbacks=[_log_callback(out / LOG, "sft")],
     )
-    resume = _resume_point(out / "checkpoints")
-    if resume:
-        say(f"sft: resuming from {resume}")
-    say(f"sft: {len(rows)} decisions, {s.steps} steps of {s.batch_size} on {device}")
-    trainer.train(resume_from_checkpoint=resume)
-    return _finish(trainer, out, "sft", say)
+    plan = f"{len(rows)} decisions, {s.steps} steps of {s.batch_size} on {device}"
+    return _train_and_save(trainer, out, "sft", plan, say)
 
 
 def train_grpo(cfg: TrainLLMConfig, out: Path, say: Say = _say) -> Path:
@@ -336,13 +338,10 @@ def train_grpo(cfg: TrainLLMConfig, out: Path, say: Say = _say) -> Path:
         peft_config=peft_config,
         callbacks=[_log_callback(out / LOG, "grpo")],
     )
-    resume = _resume_point(out / "checkpoints")
-    if resume:
-        say(f"grpo: resuming from {resume}")
-    say(f"grpo: {len(rows)} prompts, {g.steps} steps of {g.batch_size} completions on {device}")
-    trainer.train(resume_from_checkpoint=resume)
+    plan = f"{len(rows)} prompts, {g.steps} steps of {g.batch_size} completions on {device}"
+    adapter = _train_and_save(trainer, out, "grpo", plan, say)
     (out / "reward_stats.json").write_text(json.dumps(dict(reward.stats)) + "\n")
-    return _finish(trainer, out, "grpo", say)
+    return adapter
 
 
 # --- curves ----------------------------------------------------------------------------------

@@ -16,9 +16,10 @@ pytest.importorskip("datasets")
 torch = pytest.importorskip("torch")
 
 from datasets import Dataset  # noqa: E402
+from real_model_utils import tiny_llama  # noqa: E402
 from test_training_data import record_hand  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 from market.train.grpo import EnvReward  # noqa: E402
 from market.train.training_data import grpo_records  # noqa: E402
@@ -49,13 +50,10 @@ def tiny_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
 
 
 def tiny_model(tok: PreTrainedTokenizerFast) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
+    model = tiny_llama(
         vocab_size=len(tok),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
         num_key_value_heads=4,
         max_position_embeddings=4096,
         pad_token_id=tok.pad_token_id,
@@ -63,7 +61,6 @@ def tiny_model(tok: PreTrainedTokenizerFast) -> LlamaForCausalLM:
         bos_token_id=tok.eos_token_id,
         tie_word_embeddings=False,
     )
-    model = LlamaForCausalLM(cfg)
     good, empty = tok.convert_tokens_to_ids([GOOD, EMPTY])
     with torch.no_grad():
         # residual dimension 0 is a constant 1 (no layer writes to it), so after the final norm

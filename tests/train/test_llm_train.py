@@ -11,33 +11,27 @@ import json
 from pathlib import Path
 
 import pytest
-from real_model_utils import HF_INSTALL, HF_MODULES, require_gguf, require_modules
+from real_model_utils import HF_INSTALL, HF_MODULES, require_gguf, require_modules, tiny_llama
 
 pytestmark = pytest.mark.real_model
 
 
 def tiny_base(folder: Path) -> Path:
     """A random 2-layer Llama on SmolLM2's tokenizer (and chat template), saved in ``folder``."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     gguf = require_gguf()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
+    tiny_llama(
         vocab_size=len(tok),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=8192,
         eos_token_id=tok.eos_token_id,
         bos_token_id=tok.bos_token_id,
         pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(folder)
+    ).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
 
