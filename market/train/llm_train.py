@@ -159,7 +159,20 @@ def sft_dataset(
         raise TrainConfigError(f"no decision to learn: {counts.describe()}")
     write_jsonl(out / "sft.jsonl", records)
     say(f"data: {counts.describe()}; written to {out / 'sft.jsonl'}")
-    return [{"prompt": r["messages"][:-1], "completion": [r["messages"][-1]]} for r in records]
+    return [
+        {"prompt": r["messages"][:-1], "completion": [decoded_form(r["messages"][-1])]}
+        for r in records
+    ]
+
+
+def decoded_form(message: dict[str, Any]) -> dict[str, Any]:
+    """A JSON reply spaced as ``llm:hf``'s decision grammar decodes it (``", "`` and ``": "``),
+    so the model learns the tokens it will be allowed to write; other text is kept as it is."""
+    try:
+        content = json.dumps(json.loads(message["content"]), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return message
+    return {**message, "content": content}
 
 
 # --- models ----------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ def test_the_shipped_adapter_matches_its_checksums() -> None:
 def test_the_shipped_adapter_is_the_lora_the_docs_describe() -> None:
     config = json.loads((ADAPTER / "adapter_config.json").read_text(encoding="utf-8"))
     assert config["peft_type"] == "LORA"
-    assert (config["r"], config["lora_alpha"]) == (8, 16)
-    assert "LoRA r 8, alpha 16" in (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    assert (config["r"], config["lora_alpha"]) == (16, 32)
+    assert "LoRA r 16, alpha 32" in (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
 
 
 def test_the_wheel_carries_the_adapter_and_the_example_config() -> None:

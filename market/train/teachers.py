@@ -1,0 +1,48 @@
+"""Teachers a small model can copy from its prompt (docs/training.md).
+
+``rule_expert``'s bids come from its plan and memory, numbers the prompt does not show, so a
+135M model distilled from it learns the reply format but not the decisions. The
+:class:`CopyableBidder` bids a function of one line of the LLM seat's prompt, the suggested bid
+(:func:`agents.llm.rules.bid_example`: the seat's marginal values cut to its budget, rounded to
+cents): the first (highest) unit at its value and every further unit at ``cap`` credits at most.
+Under a uniform second-price auction this is demand reduction: the high first unit wins a block,
+the low bids on the rest keep the price it pays down. It never negotiates (``wait``).
+
+Spec: ``py:market.train.teachers:CopyableBidder`` (parameter ``cap``, default 8).
+"""
+
+from __future__ import annotations
+
+from agents.base import BaseAgent
+from agents.llm.rules import MAX_VALUES
+from agents.scripted import WAIT
+from market.core.actions import ActionModel, Bid
+from market.environment import Observation, affordable, marginal_values
+
+
+def copyable_bids(obs: Observation, cap: float) -> list[float]:
+    """The suggested bid of the seat's prompt with every unit after the first capped at ``cap``."""
+    values = affordable(marginal_values(obs)[:MAX_VALUES], obs.budget or 0.0, MAX_VALUES)
+    shown = [round(v, 2) for v in values]
+    return shown[:1] + [min(v, cap) for v in shown[1:]]
+
+
+class CopyableBidder(BaseAgent):
+    """Bids the prompt's suggested first unit and ``cap`` for the rest; waits otherwise."""
+
+    name = "copyable_bidder"
+
+    def __init__(self, cap: float | str = 8.0) -> None:
+        super().__init__()
+        try:
+            self.cap = float(cap)
+        except (TypeError, ValueError):
+            raise ValueError(f"cap must be a number, got {cap!r}") from None
+        if self.cap < 0:
+            raise ValueError(f"cap must be at least 0, got {cap!r}")
+
+    def act(self, obs: Observation) -> ActionModel:
+        if obs.phase != "bidding":
+            return WAIT
+        bids = copyable_bids(obs, self.cap)
+        return Bid.trusted(affordable(bids, obs.budget or 0.0, max(1, obs.capacity)))

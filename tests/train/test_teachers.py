@@ -1,0 +1,104 @@
+"""The copyable teacher (market/train/teachers.py) and the spacing of SFT replies: the teacher's
+bid is read off the LLM seat's own prompt, and the replies trained on are spaced as the decision
+grammar decodes them (docs/training.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import market
+from agents.llm.prompts import user_message
+from agents.registry import AgentSpecError, make_agent
+from market.environment import Observation
+from market.train.llm_config import load_config
+from market.train.llm_train import decoded_form
+from market.train.teachers import CopyableBidder
+
+SUGGESTION = re.compile(r"worth to you would be (\{.*\})\.")
+
+
+def bidding_observations(seeds: range) -> list[Observation]:
+    """Every bidder_0 bidding observation of market_round over ``seeds``, the teacher playing
+    bidder_0 and the other seats waiting."""
+    out: list[Observation] = []
+    teacher = CopyableBidder()
+    for seed in seeds:
+        env = market.raw_env("market_round")
+        env.reset(seed=seed)
+        for seat in env.agent_iter():
+            obs, _reward, term, trunc, _info = env.last()
+            if term or trunc:
+                env.step(None)
+                continue
+            if seat == "bidder_0":
+                if obs.phase == "bidding":
+                    out.append(obs)
+                env.step(teacher.act(obs).model_dump())
+            else:
+                env.step({"action_type": "wait"})
+    return out
+
+
+def test_the_teachers_bid_is_the_prompts_suggestion_capped_after_the_first_unit() -> None:
+    observations = bidding_observations(range(12))
+    assert len(observations) >= 40
+    capped_somewhere = 0
+    for cap in (8.0, 20.0):
+        teacher = CopyableBidder(cap=cap)
+        for obs in observations:
+            match = SUGGESTION.search(user_message(obs))
+            assert match, "every bidding prompt states the suggested bid"
+            shown = json.loads(match.group(1))["bids"]
+            expected = shown[:1] + [min(v, cap) for v in shown[1:]]
+            bids = teacher.act(obs).model_dump()["bids"]
+            assert bids == expected[: max(1, obs.capacity)] or (not shown and bids == [])
+            capped_somewhere += any(v > cap for v in shown[1:])
+    assert capped_somewhere > 0  # the cap was exercised, not only copied through
+
+
+def test_the_teacher_waits_outside_bidding_and_rejects_a_bad_cap() -> None:
+    env = market.raw_env("market_round")
+    env.reset(seed=0)
+    for seat in env.agent_iter():
+        obs, *_ = env.last()
+        if seat == "bidder_0" and obs.phase == "negotiation":
+            assert CopyableBidder().act(obs).model_dump(exclude_none=True) == {
+                "action_type": "wait"
+            }
+            break
+        env.step({"action_type": "wait"})
+    else:
+        pytest.fail("bidder_0 never negotiated")
+    with pytest.raises(ValueError, match="cap must be at least 0"):
+        CopyableBidder(cap=-1)
+    with pytest.raises(ValueError, match="cap must be a number"):
+        CopyableBidder(cap="lots")
+    assert make_agent("py:market.train.teachers:CopyableBidder?cap=12").cap == 12.0
+    with pytest.raises((AgentSpecError, ValueError)):
+        make_agent("py:market.train.teachers:CopyableBidder?cap=-3")
+
+
+def test_sft_replies_are_spaced_as_the_decision_grammar_decodes_them() -> None:
+    compact = {"role": "assistant", "content": '{"action_type":"bid","bids":[37.59,8.0]}'}
+    spaced = decoded_form(compact)
+    assert spaced["role"] == "assistant"
+    assert spaced["content"] == '{"action_type": "bid", "bids": [37.59, 8.0]}'
+    assert json.loads(spaced["content"]) == json.loads(compact["content"])
+    prose = {"role": "assistant", "content": "I wait."}
+    assert decoded_form(prose) == prose
+
+
+def test_the_shipped_configs_train_on_the_copyable_teacher() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for path in (
+        root / "market" / "train" / "configs" / "smollm2_market_round.toml",
+        root / "docs" / "training" / "copyable_sft.toml",
+        root / "docs" / "training" / "copyable_grpo.toml",
+    ):
+        cfg = load_config(path)
+        assert cfg.data.teacher == "py:market.train.teachers:CopyableBidder", path
+        assert isinstance(make_agent(cfg.data.teacher), CopyableBidder)
