@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scenarios.schema import Scenario
+from market.core.scenario_schema import Scenario
 
 __all__ = ["Scenario", "ScenarioError", "builtin_names", "load_scenario", "read_table"]
 

@@ -34,10 +34,10 @@ from agents.base import BaseAgent
 from agents.registry import make_agent
 from agents.scripted import TruthfulBidder
 from market.core.actions import Bid, Finish, Wait
+from market.core.scenario_schema import SHOCK_KINDS
 from market.core.seats import DESIGNER, lab_index
 from market.core.world import Job
 from market.environment.observations import Observation
-from scenarios.schema import SHOCK_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout
 TESTS = ROOT / "tests"

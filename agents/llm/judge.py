@@ -59,9 +59,9 @@ from market.core.judge import (
     combine,
 )
 from market.core.negotiation import Pitch
+from market.core.scenario_schema import JUDGE_KINDS
 from market.core.trust import UNTRUSTED_RULE, quote_untrusted
 from market.core.world import Lab
-from scenarios.schema import JUDGE_KINDS
 
 logger = logging.getLogger(__name__)
 JUDGE_SYSTEM_PROMPT = f"{RUBRIC_TEXT}\n{UNTRUSTED_RULE}"

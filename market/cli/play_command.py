@@ -23,12 +23,12 @@ from rich.table import Table
 
 from agents.human import HumanAgent
 from agents.registry import AgentSpecError
+from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER
 from market.environment.aec import raw_env
 from market.environment.observe import last_action_view
 from market.run.rollout import Episode, EpisodeResult, resolve_seats
 from scenarios import load_scenario
-from scenarios.schema import Scenario
 
 
 def add_play_arguments(cmd: argparse.ArgumentParser) -> None:

@@ -28,10 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.llm.judge import make_judge
 from agents.registry import AgentSpecError, make_agent, registered
+from market.core.judge_specs import make_judge, make_reader
 from market.core.seats import DESIGNER, bidder_seat
-from market.environment.conduct_log import conduct_reader
 from market.record.terminal import terminal_text
 from market.run.rollout import default_seats
 from scenarios import Scenario, ScenarioError, builtin_names, load_scenario, read_table
@@ -165,7 +164,7 @@ def check(name: str, seats: Mapping[str, str] | None = None) -> Checked:
         checked.lineup[seat] = spec
     checked.problems += [p for s in specs.values() if (p := _agent_problem(s)) is not None]
     if sc is not None:
-        for key, build in (("judge", make_judge), ("conduct_judge", conduct_reader)):
+        for key, build in (("judge", make_judge), ("conduct_judge", make_reader)):
             try:
                 build(getattr(sc, key))
             except (ValueError, TypeError) as exc:

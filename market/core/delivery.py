@@ -2,7 +2,7 @@
 
 **Failures** (docs/world.md, Delivery risk). At the close of round ``r``, after the auction and
 before forward contracts are delivered, every block a lab holds for ``r`` fails independently with
-probability ``p_r`` (:class:`~scenarios.schema.DeliverySpec`: a base rate plus exposures to the
+probability ``p_r`` (:class:`~market.core.scenario_schema.DeliverySpec`: a base rate plus exposures to the
 round's outage and reliability drop, both fixed by the shock schedule at reset). A failed block
 leaves the market (``ledger.fail_blocks``): it neither runs a job nor can be delivered.
 
@@ -35,9 +35,9 @@ import numpy as np
 
 from market.core.ledger import ActionError, fail_blocks
 from market.core.rng import RngStreams
+from market.core.scenario_schema import DeliverySpec
 from market.core.seats import bidder_seat
 from market.core.world import World
-from scenarios.schema import DeliverySpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ import numpy as np
 from market.core.coalitions import CoalitionBook
 from market.core.job_table import JobTable
 from market.core.rewards import designer_composite, gini, optimal_welfare, stability
+from market.core.scenario_schema import RewardSpec
 from market.core.settlement import BidEntry, RoundResult
 from market.core.world import World
-from scenarios.schema import RewardSpec
 
 
 @dataclass(frozen=True, slots=True)

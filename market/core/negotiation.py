@@ -22,9 +22,9 @@ from market.core.actions import (
 from market.core.delivery import check_short_sale, collateral, short_part
 from market.core.ledger import ActionError, move_blocks, post_collateral, transfer_credits
 from market.core.reservations import Reservations
+from market.core.scenario_schema import DeliverySpec
 from market.core.seats import bidder_seat, is_bidder_seat, lab_index
 from market.core.world import World
-from scenarios.schema import DeliverySpec
 
 OfferStatus = Literal["open", "accepted", "rejected", "countered", "expired", "void", "withdrawn"]
 MAX_OPEN_OFFERS = 16

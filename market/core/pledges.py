@@ -1,4 +1,5 @@
-"""Coalition pledges: blocks members commit to a pool, shared by need; defaults and cascades.
+"""Coalition pledges: blocks members commit to a pool, shared by need and paid for; defaults and
+cascades.
 
 A member of an active coalition may pledge ``k`` blocks per round of the term
 (``pledge_blocks`` of ``form_coalition`` / ``commit_to_coalition``). At the close of each round
@@ -14,6 +15,18 @@ contracts are delivered:
    its live jobs this round's reliability can run, less the blocks it still holds; need units
    are served highest value per block first (ties: member order, then the job's deadline), and
    blocks no one needs go back to the members that gave them, in member order.
+2a. **Payment.** Every block that moves from a member that gave it to a member that draws it is
+   paid for at the round's clearing price ``c`` (the auction's price, at least the effective
+   reserve): the net givers, in member order, hand their blocks to the net takers, in member
+   order, and a taker of ``n`` blocks from a giver pays that giver ``min(n x c, its budget)``
+   out of its budget (never below zero). A member's own blocks that come back to it are not
+   paid for, and credits only move between members, so the members' budgets sum to the same
+   total before and after. A member with spare blocks therefore earns ``c`` for each one a
+   member with a need draws, which is what makes pledging worth its risk.
+
+   Example: ``c = 8``; A pledges 2 and gives 2, B pledges 1 and gives 1, C pledges nothing and
+   needs 3. The pool (3 blocks) goes to C; C pays A 16 and B 8, 24 in all (if its budget
+   holds 24).
 3. **Cascade.** Each member's entitlement is what step 2 would have given it had every pledge
    been delivered in full; a member that gets less is cut by the pool (recorded with the
    coalition and the defaulters). The cut fails the jobs that counted on those blocks, and, as
@@ -27,11 +40,11 @@ from dataclasses import dataclass, field
 
 from market.core.coalitions import Coalition, CoalitionBook
 from market.core.execution import runnable
-from market.core.ledger import move_blocks, pay_from_escrow
+from market.core.ledger import move_blocks, pay_from_escrow, transfer_credits
 from market.core.penalties import BREACH_REPUTATION_LOSS
+from market.core.scenario_schema import DeliverySpec
 from market.core.seats import bidder_seat
 from market.core.world import World, lose_reputation
-from scenarios.schema import DeliverySpec
 
 
 @dataclass(slots=True)
@@ -45,6 +58,9 @@ class PoolSettlement:
     received: dict[int, int]
     entitled: dict[int, int]
     compensation: dict[tuple[int, int], float] = field(default_factory=dict)  # (payer, payee)
+    price: float = 0.0  # the price per block drawn (the round's clearing price)
+    moved: dict[tuple[int, int], int] = field(default_factory=dict)  # (giver, taker): blocks
+    payments: dict[tuple[int, int], float] = field(default_factory=dict)  # (taker, giver)
 
     @property
     def defaults(self) -> dict[int, int]:
@@ -71,6 +87,16 @@ class PoolSettlement:
             "compensation": [
                 {"payer": bidder_seat(a), "payee": bidder_seat(b), "credits": v}
                 for (a, b), v in self.compensation.items()
+            ],
+            "price": self.price,
+            "payments": [
+                {
+                    "payer": bidder_seat(a),
+                    "payee": bidder_seat(b),
+                    "blocks": self.moved[(b, a)],
+                    "credits": v,
+                }
+                for (a, b), v in self.payments.items()
             ],
         }
 
@@ -105,9 +131,10 @@ def _allocate(units: list[tuple[float, int, int, int]], blocks: int) -> dict[int
 
 
 def settle_pool(
-    world: World, coalition: Coalition, now: int, spec: DeliverySpec
+    world: World, coalition: Coalition, now: int, spec: DeliverySpec, price: float = 0.0
 ) -> PoolSettlement | None:
-    """Settle one coalition's pledges for round ``now`` (see the module doc)."""
+    """Settle one coalition's pledges for round ``now``, blocks drawn paid at ``price`` each
+    (see the module doc)."""
     members = [m for m in coalition.members if world.labs[m].active]
     pledged = {m: coalition.pledges[m] for m in members if coalition.pledges.get(m, 0) > 0}
     if not pledged:
@@ -123,8 +150,11 @@ def settle_pool(
         if back:
             received[m] = received.get(m, 0) + back
             leftover -= back
-    settlement = PoolSettlement(coalition.coalition_id, now, pledged, given, received, entitled)
-    _move(world, members, given, received, now)
+    settlement = PoolSettlement(
+        coalition.coalition_id, now, pledged, given, received, entitled, price=price
+    )
+    settlement.moved = _move(world, members, given, received, now)
+    _pay(world, settlement)
     _compensate(world, coalition, settlement, spec)
     for m, s in settlement.defaults.items():
         lose_reputation(world, m, BREACH_REPUTATION_LOSS * s / pledged[m])
@@ -133,8 +163,10 @@ def settle_pool(
 
 def _move(
     world: World, members: list[int], given: dict[int, int], received: dict[int, int], now: int
-) -> None:
-    """Net block moves: members that gave more than they got pay those that got more."""
+) -> dict[tuple[int, int], int]:
+    """Net block moves: members that gave more than they got hand blocks to those that got more
+    (givers and takers in member order); returns the blocks moved per (giver, taker)."""
+    moved: dict[tuple[int, int], int] = {}
     net = {m: received.get(m, 0) - given.get(m, 0) for m in members}
     takers = [m for m in members if net[m] > 0]
     for giver in (m for m in members if net[m] < 0):
@@ -145,8 +177,22 @@ def _move(
             n = min(owe, net[taker])
             if n > 0:
                 move_blocks(world, giver, taker, now, n)
+                moved[(giver, taker)] = n
                 net[taker] -= n
                 owe -= n
+    return moved
+
+
+def _pay(world: World, settlement: PoolSettlement) -> None:
+    """Each taker pays each giver ``price`` per block moved between them, out of its budget and
+    never below zero (step 2a of the module doc)."""
+    if settlement.price <= 0:
+        return
+    for (giver, taker), n in settlement.moved.items():
+        amount = min(settlement.price * n, max(0.0, world.labs[taker].budget))
+        if amount > 0:
+            transfer_credits(world, taker, giver, amount)
+            settlement.payments[(taker, giver)] = amount
 
 
 def _compensate(
@@ -170,13 +216,14 @@ def _compensate(
 
 
 def settle_pledges(
-    world: World, book: CoalitionBook, now: int, spec: DeliverySpec
+    world: World, book: CoalitionBook, now: int, spec: DeliverySpec, price: float = 0.0
 ) -> list[PoolSettlement]:
-    """Settle the pledges of every active coalition whose term covers round ``now``."""
+    """Settle the pledges of every active coalition whose term covers round ``now``; blocks
+    drawn are paid at ``price`` each (the round's clearing price)."""
     out = []
     for coalition in book.coalitions.values():
         if coalition.status == "active" and coalition.created_round <= now <= coalition.term_end:
-            settled = settle_pool(world, coalition, now, spec)
+            settled = settle_pool(world, coalition, now, spec, price)
             if settled is not None:
                 out.append(settled)
     return out

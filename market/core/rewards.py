@@ -21,7 +21,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from scenarios.schema import DESIGNER_WEIGHTS, DesignerWeight
+from market.core.scenario_schema import DESIGNER_WEIGHTS, DesignerWeight
 
 #: a lab's reward components (docs/rewards.md has a row for each); the last three are the
 #: conduct penalties, paid only with ``rewards.conduct`` on

@@ -27,9 +27,9 @@ from market.core.production import run_round_blocks, run_table_blocks
 from market.core.reservations import with_reserved_jobs
 from market.core.rewards import LabComponent, optimal_welfare
 from market.core.rng import RngStreams
+from market.core.scenario_schema import Scenario
 from market.core.settlement import RoundResult, clear_round
 from market.core.world import World
-from scenarios.schema import Scenario
 
 RewardEvent = tuple[int, LabComponent, float]  # (lab, reward component, credits)
 #: a round close over at least this many jobs runs on the numpy job table
@@ -162,9 +162,12 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
     result.failures = fail_owned_blocks(
         world, m.streams, m.scenario.delivery, m.scenario.capacity.reliability, now
     )
-    # coalition pledges settle next (a default can cut members short), then contracts deliver
-    result.pools = settle_pledges(world, m.coalitions, now, m.scenario.delivery)
+    # coalition pledges settle next (a default can cut members short; blocks drawn from the pool
+    # are paid at the clearing price), then contracts deliver
+    result.pools = settle_pledges(world, m.coalitions, now, m.scenario.delivery, result.price)
     for pool in result.pools:
+        for (payer, payee), credits in pool.payments.items():
+            rewards += [(payer, "trade_balance", -credits), (payee, "trade_balance", credits)]
         for (payer, payee), credits in pool.compensation.items():
             rewards += [
                 (payer, "breach_compensation", -credits),

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from market.core.scenario_schema import SHOCK_KINDS, Scenario, ShockKind
 from market.core.seats import bidder_seat
 from market.core.world import Job, World, draw_job
-from scenarios.schema import SHOCK_KINDS, Scenario, ShockKind
 
 LAB_TARGETED = ("demand_surge", "budget_cut", "windfall", "lab_exit", "lab_entry")
 _RANDOM_MAGNITUDE = {

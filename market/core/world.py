@@ -13,8 +13,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from market.core.scenario_schema import Scenario
 from market.core.seats import bidder_seat
-from scenarios.schema import Scenario
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]

@@ -20,7 +20,6 @@ import numpy as np
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
-from agents.llm.judge import make_judge
 from market.core import actions, execution, negotiation, reservations
 from market.core import coalitions as coal
 from market.core.action_checks import check_action
@@ -32,6 +31,7 @@ from market.core.bidding import RoundOrders
 from market.core.claims import with_claims
 from market.core.collusion import InteractionGraph
 from market.core.judge import JudgeHistory
+from market.core.judge_specs import make_judge, make_reader
 from market.core.ledger import ActionError
 from market.core.lifecycle import admit_entrants, apply_round_shocks, retire_lab
 from market.core.mechanisms import Mechanism
@@ -39,11 +39,12 @@ from market.core.phases import LEGAL, TALK_ACTIONS, round_schedule
 from market.core.rewards import LabComponent, RewardComponent
 from market.core.rng import RngStreams
 from market.core.round_close import RewardEvent, breach_rewards, close_round
+from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER, bidder_seat, lab_index
 from market.core.settlement import RoundResult
 from market.core.shocks import Shock, apply_schedule, draw_shocks
 from market.core.world import World, credit_imbalance, generate_world
-from market.environment.conduct_log import ConductLog, conduct_reader
+from market.environment.conduct_log import ConductLog
 from market.environment.digest import StateDigests
 from market.environment.observations import Observation
 from market.environment.observe import SeatViews
@@ -51,7 +52,6 @@ from market.environment.round_log import RoundSummary, render_text, round_summar
 from market.environment.seat_flags import SeatFlags, dead_step, first_dead_step
 from market.environment.spaces import ObservationSpace, seed_action_spaces, text_action_spaces
 from scenarios import load_scenario
-from scenarios.schema import Scenario
 
 __all__ = ["DESIGNER", "LEGAL", "TALK_ACTIONS", "ObservationSpace", "env", "raw_env"]
 RENDER_MODES = ["ansi", "human"]
@@ -112,7 +112,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.coalitions = coal.CoalitionBook()
         self.graph = InteractionGraph(sc.n_seats)
         if self._judge_spec != (sc.judge, sc.conduct_judge):  # keep LLM judges' caches
-            self.judge, self._reader = make_judge(sc.judge), conduct_reader(sc.conduct_judge)
+            self.judge, self._reader = make_judge(sc.judge), make_reader(sc.conduct_judge)
             self._judge_spec = (sc.judge, sc.conduct_judge)
         self.judge_history = JudgeHistory()
         self.conduct = ConductLog(self._reader)  # claims, promises, manipulation (transcripts)

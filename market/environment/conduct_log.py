@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agents.llm.conduct_reader import make_conduct_reader
 from market.core import actions
 from market.core.conduct import (
     RUBRIC_VERSION,
@@ -42,8 +41,8 @@ from market.core.conduct.model import SeatRecord
 from market.core.conduct.reading import ConductReader, RuleReader, TextReading
 from market.core.negotiation import Contract, Offer
 from market.core.rewards import LabComponent
+from market.core.scenario_schema import RewardSpec
 from market.core.seats import DESIGNER, bidder_seat, lab_index
-from scenarios.schema import RewardSpec
 
 if TYPE_CHECKING:
     from market.core.settlement import RoundResult
@@ -186,6 +185,9 @@ class ConductLog:
     _penalties: list[tuple[str, LabComponent]] = field(default_factory=list)
     _offer_of: dict[str, str] = field(default_factory=dict)  # contract id -> offer id
     _excused: dict[str, str] = field(default_factory=dict)  # offer id -> why
+    # (seat, coalition id) -> why, for pledges whose every default failed blocks explain
+    _pledge_excused: dict[tuple[str, str], str] = field(default_factory=dict)
+    _pledge_unexcused: set[tuple[str, str]] = field(default_factory=set)
     _delivered: set[str] = field(default_factory=set)  # contract ids whose delivery is recorded
     _audit: list[Entry] = field(default_factory=list)  # false and broken since the last close
     # replay with another reader (``--rejudge``): the recorded readings' log, whose verdicts the
@@ -356,6 +358,16 @@ class ConductLog:
                     f"failed in round {now} (delivery risk)"
                 )
         for pool in result.pools:
+            for member, short in sorted(pool.defaults.items()):  # as for breaches above
+                key = (bidder_seat(member), pool.coalition_id)
+                if short <= failed.get(member, 0):
+                    self._pledge_excused.setdefault(
+                        key,
+                        f"pledge {short} short in round {now}: {failed[member]} of its blocks "
+                        "failed (delivery risk)",
+                    )
+                else:
+                    self._pledge_unexcused.add(key)
             for member, given in sorted(pool.given.items()):
                 if given:
                     self._transfer(Transfer(now, bidder_seat(member), pool.coalition_id, given))
@@ -391,8 +403,8 @@ class ConductLog:
                 tuple(self._actions.get(p.seat, ())), tuple(self._transfers.get(p.seat, ()))
             )
             v = judge_promise(p, record, now)
-            if v.label == "broken" and p.kind == "deliver" and p.ref in self._excused:
-                v = Verdict(p, "excused", self._excused[p.ref])
+            if v.label == "broken" and p.kind == "deliver":
+                v = self._excuse(p, v)
             if v.label in ("kept", "broken", "excused"):
                 if v.label in _SCORE_SLOTS:  # an excused promise is not held against the seat
                     self._count(p.seat, _SCORE_SLOTS[v.label])
@@ -407,6 +419,16 @@ class ConductLog:
                     out.append(promise_entry(v, o.method, o.model))
         self._open = still
 
+    def _excuse(self, p: Promise, v: Verdict) -> Verdict:
+        """A broken delivery that failed blocks explain: a contract's shortfall, or a pledge
+        whose every short round was a default its failed blocks cover."""
+        if not p.every_round:
+            why = self._excused.get(p.ref) if p.ref is not None else None
+        else:
+            key = (p.seat, p.ref or "")
+            why = None if key in self._pledge_unexcused else self._pledge_excused.get(key)
+        return v if why is None else Verdict(p, "excused", why)
+
 
 def public_facts(round: int, results: list[RoundResult]) -> PublicFacts:
     """What every seat can see and so can misstate: the round, and the last clearing's reserve
@@ -418,11 +440,3 @@ def public_facts(round: int, results: list[RoundResult]) -> PublicFacts:
     reserve = r.reserve if m.reveal_reserve else None
     price = r.price if m.reveal_clearing_price and (r.sold or m.reveal_reserve) else None
     return PublicFacts(round, reserve, price)
-
-
-def conduct_reader(spec: str) -> ConductReader:
-    """The reader a scenario's ``conduct_judge`` names: ``rule`` (the default) or
-    ``llm:openai?model=...`` (:func:`agents.llm.conduct_reader.make_conduct_reader`)."""
-    if spec == "rule":
-        return RuleReader()
-    return make_conduct_reader(spec)

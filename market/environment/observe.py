@@ -19,6 +19,7 @@ from market.core.mechanisms import Mechanism
 from market.core.negotiation import Book, Message, Offer
 from market.core.phases import LEGAL
 from market.core.rewards import bid_distribution
+from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER, lab_index
 from market.core.settlement import RoundResult
 from market.core.shocks import Shock
@@ -39,7 +40,6 @@ from market.environment.observations import (
     ShockView,
     fast_model,
 )
-from scenarios.schema import Scenario
 
 T = TypeVar("T")
 

@@ -10,10 +10,10 @@ import gymnasium
 from pettingzoo import ParallelEnv
 
 from market.core.phases import LEGAL
+from market.core.scenario_schema import Scenario
 from market.environment.aec import raw_env
 from market.environment.observations import Observation
 from market.environment.spaces import Info, Options
-from scenarios.schema import Scenario
 
 
 def pass_seats(env: raw_env) -> list[str]:

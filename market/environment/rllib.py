@@ -32,9 +32,9 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import BaseParallelWrapper, BaseWrapper
 
+from market.core.scenario_schema import Scenario
 from market.environment.spaces import Info, Options
 from market.environment.wrappers import MENU, OBS_BOUND, rl_env, rl_parallel_env
-from scenarios.schema import Scenario
 
 OBS_KEY = "observations"  # the key RLlib's ActionMaskingRLModule reads the features from
 MASK_KEY = "action_mask"

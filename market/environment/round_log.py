@@ -7,11 +7,11 @@ from typing import Any, Protocol
 
 from market.core.execution import Breach
 from market.core.mechanisms import Mechanism
+from market.core.scenario_schema import Scenario
 from market.core.seats import bidder_seat
 from market.core.settlement import RoundResult
 from market.core.shocks import Shock
 from market.core.world import World
-from scenarios.schema import Scenario
 
 RoundSummary = dict[str, Any]  # one JSON-ready round-log entry (the transcript's round summary)
 

@@ -40,6 +40,7 @@ from market.core.actions import (
 )
 from market.core.mechanisms import AUCTION_TYPES
 from market.core.negotiation import MAX_OPEN_OFFERS
+from market.core.scenario_schema import Scenario
 from market.core.seats import lab_index, seat_order
 from market.environment.aec import env
 from market.environment.observations import (
@@ -52,7 +53,6 @@ from market.environment.observations import (
 )
 from market.environment.parallel import ParallelMarketEnv
 from market.environment.spaces import Info, Options, SeatDiscrete, seed_action_spaces
-from scenarios.schema import Scenario
 
 OBS_BOUND = 1e6  # vector entries are clipped to [-OBS_BOUND, OBS_BOUND]
 NO_ID = "none"  # an id no offer, coalition or job has: the env rejects it with a helpful error

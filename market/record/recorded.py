@@ -16,6 +16,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from market.core import judge_specs
 from market.core.actions import ActionParseError, parse_action
 from market.core.conduct import (
     RUBRIC_VERSION,
@@ -28,7 +29,6 @@ from market.core.conduct import (
 from market.core.conduct.judging import text_of
 from market.core.conduct.reading import ConductReader, TextReading
 from market.core.judge import Verdict
-from market.environment.conduct_log import conduct_reader
 from market.record.reader import Transcript, decode_action, decode_number
 from market.record.schema import RoundSummary, TranscriptError
 from market.record.terminal import terminal_text
@@ -161,7 +161,7 @@ def make_reader(spec: str) -> ConductReader | None:
     if spec.startswith("py:"):
         return None
     try:
-        return conduct_reader(spec)
+        return judge_specs.make_reader(spec)
     except Exception as exc:
         raise TranscriptError(f"--rejudge {spec}: {exc}") from None
 

@@ -26,11 +26,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agents.llm.judge import make_judge
 from agents.registry import AgentSpecError
 from agents.spec_policy import SpecPolicy
 from market.core import settlement
 from market.core.judge import JudgeHistory
+from market.core.judge_specs import make_judge
+from market.core.scenario_schema import RUN_ONLY_KEYS, Scenario
 from market.core.seats import bidder_seat
 from market.environment.aec import raw_env
 from market.environment.conduct_log import ConductLog
@@ -51,7 +52,6 @@ from market.record.schema import Footer, RoundSummary, StepEvent, TranscriptErro
 from market.record.writer import jsonable
 from market.run.rollout import Tally, run_episode
 from scenarios import builtin_names, load_scenario
-from scenarios.schema import RUN_ONLY_KEYS, Scenario
 
 
 @dataclass
@@ -459,7 +459,7 @@ def builtin_drift(t: Transcript) -> str | None:
 
 def load_judge(spec: str) -> Any:
     """A judge object (with ``score(pitch, lab, context)``): any spec
-    :func:`agents.llm.judge.make_judge` accepts (``rule``, ``llm:openai?model=...``), or
+    :func:`market.core.judge_specs.make_judge` accepts (``rule``, ``llm:openai?model=...``), or
     ``py:module:attr`` naming a judge object, class or zero-argument factory."""
     if spec.startswith("py:"):
         module, _, attr = spec[3:].partition(":")

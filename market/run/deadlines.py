@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from agents.base import BaseAgent
-from scenarios.schema import Scenario
+from market.core.scenario_schema import Scenario
 
 
 class AgentTimeout(TimeoutError):
@@ -31,6 +31,21 @@ def resolve_timeout(scenario: Scenario, agent_timeout: float | None) -> float | 
     if not limit >= 0 or math.isinf(limit):
         raise ValueError(f"agent_timeout {agent_timeout!r}: give seconds >= 0 (0: no limit)")
     return limit or None
+
+
+def decision_limit(agent: Any, limit: float | None, explicit: bool) -> float | None:
+    """The time limit of one seat's decisions: ``limit``, raised to what the seat's backend says a
+    decision needs (``backend.decision_timeout``: an ``llm:hf`` model decoding on the CPU) when the
+    limit is the scenario's default, not one the user set (``explicit``: ``--agent-timeout`` or
+    ``agent_timeout`` in the scenario file). None: no limit."""
+    if explicit or limit is None:
+        return limit
+    backend = getattr(agent, "backend", None)
+    backend = getattr(backend, "backend", backend)  # the response cache wraps the backend
+    need = getattr(backend, "decision_timeout", None)
+    if isinstance(need, int | float) and not isinstance(need, bool) and need > limit:
+        return float(need)
+    return limit
 
 
 def with_agent_timeout(scenario: Scenario, agent_timeout: float | None) -> Scenario:
@@ -93,17 +108,25 @@ class Deadline:
     its limit is *hung*: its later turns time out at once, without a new call, until that call
     returns, so a hung agent holds at most one thread."""
 
-    def __init__(self, limit: float | None) -> None:
+    def __init__(
+        self, limit: float | None, seat_limits: dict[str, float | None] | None = None
+    ) -> None:
         self.limit = limit
+        #: seats whose limit is not ``limit`` (:func:`decision_limit`)
+        self.seat_limits = dict(seat_limits or {})
         self._worker: DecisionWorker | None = None
         self._hung: dict[str, Future[Any]] = {}
+
+    def limit_of(self, seat: str) -> float | None:
+        """The time limit of ``seat``'s decisions (None: no limit)."""
+        return self.seat_limits.get(seat, self.limit)
 
     def _check_hung(self, seat: str) -> None:
         fut = self._hung.get(seat)
         if fut is not None:
             if not fut.done():
                 raise AgentTimeout(
-                    f"still running a decision that passed the {self.limit:g} s "
+                    f"still running a decision that passed the {self.limit_of(seat):g} s "
                     "limit; the seat falls back until it returns"
                 )
             del self._hung[seat]
@@ -123,16 +146,17 @@ class Deadline:
             self._worker.retired = True
             self._worker.jobs.put(None)
             self._worker = None
-        return AgentTimeout(f"no action within {self.limit:g} s")
+        return AgentTimeout(f"no action within {self.limit_of(seat):g} s")
 
     def act(self, seat: str, agent: Any, obs: Any) -> Any:
         """``agent.act(obs)`` within the limit; raises :class:`AgentTimeout` past it."""
-        if self.limit is None or bounded(agent):
+        limit = self.limit_of(seat)
+        if limit is None or bounded(agent):
             return agent.act(obs)
         self._check_hung(seat)
         fut = self._submit(lambda: agent.act(obs))
         try:
-            return fut.result(self.limit)
+            return fut.result(limit)
         except TimeoutError:
             if fut.done():  # it finished just now, or the agent itself raised a TimeoutError
                 return fut.result()
@@ -141,25 +165,26 @@ class Deadline:
     async def aact(self, seat: str, agent: Any, obs: Any) -> Any:
         """``agent.aact(obs)`` within the limit. An agent without its own ``aact`` runs its
         ``act`` on the worker thread, so that a blocking agent cannot stall other episodes."""
-        if self.limit is None or bounded(agent):
+        limit = self.limit_of(seat)
+        if limit is None or bounded(agent):
             return await agent.aact(obs)
         self._check_hung(seat)
         if sync_only(agent):
             fut = self._submit(lambda: agent.act(obs))
             try:
-                async with asyncio.timeout(self.limit):
+                async with asyncio.timeout(limit):
                     return await asyncio.wrap_future(fut)
             except TimeoutError:
                 if fut.done() and not fut.cancelled():
                     return fut.result()
                 raise self._timed_out(seat, fut) from None
         try:
-            async with asyncio.timeout(self.limit) as scope:
+            async with asyncio.timeout(limit) as scope:
                 return await agent.aact(obs)
         except TimeoutError:
             if not scope.expired():
                 raise  # the agent's own TimeoutError
-            raise AgentTimeout(f"no action within {self.limit:g} s") from None
+            raise AgentTimeout(f"no action within {limit:g} s") from None
 
     def close(self) -> None:
         if self._worker is not None:

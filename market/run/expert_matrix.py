@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from agents.registry import REGISTRY
+from market.core.scenario_schema import Scenario
 from market.run.folders import check_seats
 from market.run.jobs import ProgressFn, RunConfigError, default_workers
 from market.run.rollout import default_seats, mean_ci95, run_episode
 from market.run.runner import progress_bar
 from market.run.worker_pool import TaskFailed, WorkerPool
 from scenarios import builtin_names, load_scenario
-from scenarios.schema import Scenario
 
 EXPERT = "rule_expert"
 SEAT = "bidder_0"

@@ -22,6 +22,7 @@ from typing import Any
 
 from agents.registry import AgentSpecError, make_agent
 from agents.specs_redact import redact_spec
+from market.core.scenario_schema import RUN_ONLY_KEYS, Scenario
 from market.core.seats import DESIGNER
 from market.record.replay import first_difference
 from market.run.agent_code import agents_code, describe_code_change
@@ -29,7 +30,6 @@ from market.run.jobs import EpisodeJob, EpisodeLines, RunConfigError, episode_li
 from market.run.rollout import resolve_seats, with_agent_timeout
 from market.version import __version__
 from scenarios import load_scenario
-from scenarios.schema import RUN_ONLY_KEYS, Scenario
 
 FORMAT = 1
 MANIFEST = "run.json"

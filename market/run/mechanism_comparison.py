@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER, is_bidder_seat
 from market.record.report import CSS, Safe, bar_chart, content_security_policy, h
 from market.run.evaluation import csv_value, folder_health, md_cell, seed_text, slug
@@ -22,7 +23,6 @@ from market.run.jobs import ProgressFn, RunConfigError
 from market.run.rollout import mean_ci95
 from market.run.runner import execute
 from scenarios import deep_merge, load_scenario
-from scenarios.schema import Scenario
 
 #: the robust fixed mechanism of the DAEDALUS headline
 ROBUST = {

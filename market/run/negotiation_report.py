@@ -33,6 +33,7 @@ from typing import Any
 
 from agents.registry import REGISTRY
 from agents.talk_off import PREFIX as TALK_OFF
+from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER
 from market.record.report.markup import h
 from market.run.evaluation import csv_value, md_cell, seed_text, slug
@@ -68,7 +69,6 @@ from market.run.rollout import default_seats
 from market.run.runner import progress_bar
 from market.run.worker_pool import TaskFailed, WorkerPool
 from scenarios import load_scenario
-from scenarios.schema import Scenario
 
 
 def _seat_specs(sc: Scenario) -> dict[str, str]:

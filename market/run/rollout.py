@@ -26,18 +26,19 @@ from agents.llm.backends.pool import Budget, ClientPool
 from agents.registry import make_agent
 from agents.specs_redact import redact_spec
 from market.core.actions import ActionModel, Bid, Wait
+from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER, bidder_seat
 from market.environment.aec import raw_env
 from market.record.transcript import EpisodeRecorder
 from market.run.deadlines import (
     AgentTimeout,
     Deadline,
+    decision_limit,
     resolve_timeout,
     with_agent_timeout,
 )
 from market.run.offload import run_offloaded
 from scenarios import load_scenario
-from scenarios.schema import Scenario
 
 
 @dataclass
@@ -238,8 +239,12 @@ class Episode:
         agent_timeout: float | None = None,
     ) -> None:
         self.env, self.seed = env, seed
-        self.deadline = Deadline(resolve_timeout(env.scenario, agent_timeout))
         self.specs, self.agents = _build_agents(env.scenario, seats)
+        limit = resolve_timeout(env.scenario, agent_timeout)
+        explicit = agent_timeout is not None or "agent_timeout" in env.scenario.model_fields_set
+        self.deadline = Deadline(
+            limit, {s: decision_limit(a, limit, explicit) for s, a in self.agents.items()}
+        )
         for agent in self.agents.values():
             if limiter is not None:
                 agent.limiter = limiter

@@ -52,6 +52,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from market.core.scenario_schema import Scenario
 from market.core.seats import seat_order
 from market.record.writer import write_private
 from market.run.async_runner import is_llm_spec, run_jobs_async
@@ -74,7 +75,6 @@ from market.run.jobs import (
 from market.run.ray_backend import RayBackendError, RayStats, ray_map
 from market.run.rollout import mean_ci95, transcript_path
 from market.run.worker_pool import TaskFailed, WorkerPool
-from scenarios.schema import Scenario
 
 
 def progress_bar(enabled: bool, label: str) -> Any:

@@ -35,6 +35,7 @@ from typing import Any
 
 from openskill.models import PlackettLuce
 
+from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER
 from market.run.agent_code import describe_code_change
 from market.run.conduct_table import seat_score, summarize
@@ -61,7 +62,6 @@ from market.run.tournament_tables import (
     write_outputs,
 )
 from market.run.worker_pool import TaskFailed, WorkerPool
-from scenarios.schema import Scenario
 
 MATCHES_FILE = "matches.jsonl"
 MANIFEST_FILE = "manifest.json"

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from agents.registry import AgentSpecError, make_agent
+from market.core.scenario_schema import RUN_ONLY_KEYS, Scenario
 from market.core.seats import DESIGNER
 from market.run.agent_code import agents_code
 from market.run.rollout import default_seats
 from scenarios import load_scenario
-from scenarios.schema import RUN_ONLY_KEYS, Scenario
 
 FORMAT = 1
 #: the bidder population designers face besides the scenario's own, cycled over the bidder seats

@@ -61,6 +61,7 @@ from agents.specs_redact import redact_spec
 from market.core.actions import ActionModel, ActionParseError, parse_action
 from market.core.ledger import ActionError
 from market.core.phases import check_turn
+from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER
 from market.environment import Observation
 from market.record.reader import read_progress
@@ -68,7 +69,6 @@ from market.run.deadlines import AgentTimeout
 from market.run.rollout import EpisodeResult, arun_episode, resolve_seats
 from market.serve.seat_guide_view import SeatGuide
 from scenarios import builtin_names, load_scenario
-from scenarios.schema import Scenario
 
 #: the line-up word for a seat that a client plays
 REMOTE = "remote"

@@ -18,9 +18,9 @@ from functools import cache
 import pytest
 
 from market.core.collusion import SUSPECTED
+from market.core.scenario_schema import Scenario
 from market.run.rollout import EpisodeResult, mean_ci95, run_many
 from scenarios import load_scenario
-from scenarios.schema import Scenario
 
 SCENARIOS = ("single_trade", "market_round", "coalition_market")
 SEEDS = range(30)

@@ -31,7 +31,7 @@ from market.core.actions import (
 from market.core.delivery import collateral, failed_slots, failure_rate
 from market.core.penalties import BREACH_REPUTATION_LOSS
 from market.core.rng import RngStreams
-from scenarios.schema import DeliverySpec
+from market.core.scenario_schema import DeliverySpec
 
 PRICE = 40.0
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-import market.environment.aec as aec
 from agents.base import BaseAgent
+from market.core import judge_specs
 from market.core.conduct import ManipulationFlag, PublicFacts, Source
 from market.core.conduct.reading import RuleReader, TextReading
 from market.environment.aec import raw_env
@@ -191,9 +191,9 @@ class FlagAll:
 def test_a_model_readers_verdicts_replay_without_the_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(
-        aec, "conduct_reader", lambda spec: FlagAll() if spec != "rule" else RuleReader()
-    )
+    # a plug-in reader for the kind ``llm:fake``, registered as a plug-in room registers its own
+    monkeypatch.setattr(judge_specs, "_READERS", dict(judge_specs._READERS))
+    judge_specs.register_reader("llm:fake", lambda spec: FlagAll())
     _, result, t = play(tmp_path, SCRIPT, conduct_judge="llm:fake?model=flag-all")
     assert t.header.conduct_judge == "llm/test-rubric/flag-all"
     flags = [e for ev in t.steps for e in ev.conduct or [] if e["kind"] == "flag"]
@@ -284,3 +284,28 @@ def test_a_contract_settled_early_because_the_buyer_left_is_kept() -> None:
     ]  # fmt: skip
     assert delivers == [(6, 2.0, "kept"), (7, 1.0, "kept")]
     assert result.conduct["bidder_0"]["promises_broken"] == 0
+
+
+def test_a_pledge_short_only_by_failed_blocks_is_excused() -> None:
+    """coalition_market seed 96, its own seats: bidder_1 pledged a block to pool c0 and one of
+    its blocks failed in round 2, so it gave one block less (a pledge default, compensated by
+    the pool's rule); the pledge promise is excused, not broken, as a contract shortfall that
+    failed blocks explain is."""
+    env = raw_env("coalition_market")
+    result = run_episode(env=env, seed=96, seats=default_seats(env.scenario))
+    defaults = [
+        (r["round"], p["coalition_id"], p["defaults"]) for r in result.round_log
+        for p in r["pools"] if p["defaults"]
+    ]  # fmt: skip
+    assert defaults == [(2, "c0", {"bidder_1": 1})]
+    failed = [f["failed"] for r in result.round_log if r["round"] == 2 for f in r["failures"]
+              if f["seat"] == "bidder_1"]  # fmt: skip
+    assert failed == [1]
+    pledges = [
+        v for r in env.conduct.rounds for v in r["verdicts"]
+        if v["seat"] == "bidder_1" and v["promise"] == "deliver" and v["counterparts"] != []
+        and v["label"] != "kept"
+    ]  # fmt: skip
+    assert [v["label"] for v in pledges] == ["excused"]
+    assert "pledge 1 short in round 2" in pledges[0]["reason"]
+    assert result.conduct["bidder_1"]["promises_broken"] == 0

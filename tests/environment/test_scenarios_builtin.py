@@ -10,11 +10,11 @@ from importlib import resources
 
 import pytest
 
+from market.core.scenario_schema import SHOCK_KINDS
 from market.environment.aec import raw_env
 from market.run.mechanism_comparison import ROBUST
 from market.run.rollout import default_seats, run_episode
 from scenarios import builtin_names, load_scenario
-from scenarios.schema import SHOCK_KINDS
 
 STAGES = [f"mechanism_stage_{k}" for k in range(5)]
 DAEDALUS = [f"daedalus_stage_{k}" for k in range(5)]

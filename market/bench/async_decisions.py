@@ -1,6 +1,6 @@
 """LLM decisions/s through the runner's async path (:mod:`market.run.async_runner`), against an
 OpenAI-compatible server or the test double:
-``python -m market.run.async_bench --spawn-fake --latency-ms 50 --episodes 32 --levels 1 8 32``.
+``python -m market.bench.async_decisions --spawn-fake --latency-ms 50 --episodes 32 --levels 1 8 32``.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def bench_runner(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m market.run.async_bench --spawn-fake --latency-ms 50 --episodes 32 --levels 1 8 32``"""
+    """``python -m market.bench.async_decisions --spawn-fake --latency-ms 50 --episodes 32 --levels 1 8 32``"""
     parser = argparse.ArgumentParser(
-        prog="python -m market.run.async_bench",
+        prog="python -m market.bench.async_decisions",
         description="LLM decisions/s through the runner's async path",
     )
     parser.add_argument("--base-url", help="an OpenAI-compatible server (.../v1)")
