@@ -26,7 +26,7 @@ from agents.population.delivery_risk import (
 )
 from agents.population.planning import MarketMemory, Plan, reduce_demand
 from agents.population.trust import TrustLedger
-from agents.scripted import MAX_INVITEES, WAIT, affordable
+from agents.scripted import MAX_INVITEES, WAIT
 from market.core.actions import (
     AcceptOffer,
     ActionModel,
@@ -37,7 +37,7 @@ from market.core.actions import (
     MakePitch,
     SendOffer,
 )
-from market.environment import CoalitionView, Observation
+from market.environment import CoalitionView, Observation, affordable
 
 MAX_COVER = 20  # most cover blocks it bids for in one round
 
@@ -66,12 +66,19 @@ class RuleExpert(StatefulAgent):
     2. commit to a coalition invitation that helps it: it still needs blocks this round, the
        coalition's term ends this round, and the purpose states a price per block at most its
        value for them; it contributes that price for each block it needs (at most half its
-       budget);
+       budget); or, with no blocks to win this round, pledge its spare blocks of this round to
+       a one-round coalition it is invited to (no contribution), and join a block pool it needs
+       blocks from (no contribution: it pays the clearing price per block it draws);
     3. keep a job it cannot complete off this round's blocks (``allocate_to_job`` with 0) when
        earliest-deadline-first execution would otherwise give that job blocks before a job it
        pursues;
     4. pitch to the judge, when the mechanism has a judge pool, for as many blocks as the pool
        holds and it still needs this round (once per round);
+    5a. propose a one-round block pool (once per round, never while it leads a coalition) to
+       the labs it trusts, pledging its spare blocks of this round that it has neither sold nor
+       pledged: a member that needs blocks draws them at the close and pays the round's
+       clearing price for each (market.core.pledges); with ``hedge`` it pledges only the blocks
+       whose pay beats the expected cost of falling short on them (:meth:`_pledge_blocks`);
     5. offer spare held blocks for sale at the market price (the last revealed price, else its
        own median value per block, at least the floor) to each other active lab in turn, first
        those that won blocks last round (they need blocks); one offer per lab, round and delivery
@@ -118,6 +125,7 @@ class RuleExpert(StatefulAgent):
 
     name = "rule_expert"
     PURPOSE = "buying club"
+    POOL = "block pool"
 
     def __init__(self, hedge: bool | str = True, confidence: float | str | None = None) -> None:
         self.hedge = as_flag(hedge, "hedge")
@@ -141,8 +149,10 @@ class RuleExpert(StatefulAgent):
         # while they are the same labs, rule 5 has nothing left to offer for that delivery round
         self.sold_out: dict[tuple[int, int], list[str]] = {}
         self.pitched: set[int] = set()
+        self.pooled: set[int] = set()  # rounds in which it proposed a block pool
         self.kept_off: set[tuple[int, str]] = set()
         self.club_job: dict[int, str] = {}
+        self.pledged: dict[int, int] = {}  # round -> blocks it pledged to pools for that round
         self.ledger = TrustLedger()  # what it has seen each lab do (agents/population/trust.py)
 
     # --- helpers --------------------------------------------------------------------------
@@ -168,20 +178,27 @@ class RuleExpert(StatefulAgent):
                     sum(values) * (1.0 - margin), budget
                 ):
                     return AcceptOffer(offer_id=offer.offer_id)
-            elif offer.blocks <= plan.spare.get(t, 0) and offer.price >= offer.blocks * price_floor(
-                obs
-            ) * (1.0 + margin):
+            elif offer.blocks <= min(
+                plan.spare.get(t, 0), _unsold(obs, t, self.pledged)
+            ) and offer.price >= offer.blocks * price_floor(obs) * (1.0 + margin):
                 return AcceptOffer(offer_id=offer.offer_id)
         return None
 
     def _commit(self, obs: Observation, plan: Plan) -> ActionModel | None:
-        if not plan.bid_values:
-            return None
         for c in obs.coalitions or ():
             if obs.seat not in c.invited or c.term_end != obs.round or c.split != "proportional":
                 continue
             if not self.ledger.trusted(c.leader):
                 continue  # a club led by a lab it does not trust
+            if c.purpose.startswith(self.POOL) or not plan.bid_values:
+                # a pool: it draws blocks it needs at the clearing price (no contribution), or
+                # pledges its spare blocks to a one-round coalition for that price
+                spare = 0 if plan.bid_values else self._pledge_blocks(obs, plan)
+                if not plan.bid_values and spare <= 0:
+                    continue
+                if spare:
+                    self.pledged[obs.round] = self.pledged.get(obs.round, 0) + spare
+                return CommitToCoalition(coalition_id=c.coalition_id, pledge_blocks=spare)
             price = _club_price(c)
             if price is None:
                 continue
@@ -192,6 +209,55 @@ class RuleExpert(StatefulAgent):
                     coalition_id=c.coalition_id, contribution=credits_down(contribution)
                 )
         return None
+
+    def _spare_now(self, obs: Observation, plan: Plan) -> int:
+        """Spare blocks it owns for this round, unsold and unpledged."""
+        return min(plan.spare.get(obs.round, 0), _unsold(obs, obs.round, self.pledged))
+
+    def _pledge_blocks(self, obs: Observation, plan: Plan) -> int:
+        """How many spare blocks of this round it pledges to a pool, paid the clearing price
+        (its ``ask``: the last revealed price, at least the floor) for each one a member draws:
+        with ``hedge``, those
+        whose pay beats the expected cost of falling short on them (a default costs the refund
+        of the pay and the withdrawal penalty as the price of its reputation; it pays no default
+        compensation, as it pledges without a pool balance: :func:`forward_sale_blocks` with
+        the blocks it keeps for its jobs and sales as already owed); a spare block has no other
+        use to it this round."""
+        spare = self._spare_now(obs, plan)
+        if spare <= 0 or not self.hedge:
+            return max(0, spare)
+        held = (obs.holdings or [0])[0]
+        ask = max(last_price(obs) or 0.0, price_floor(obs))  # the clearing price it expects
+        loss = ask + obs.mechanism.withdrawal_penalty
+        keep = max(0, held - spare)
+        p = failure_rate_at(obs, obs.round)
+        return forward_sale_blocks(held, keep, p, ask, loss, spare)
+
+    def _pool(self, obs: Observation, plan: Plan) -> ActionModel | None:
+        """Propose a one-round block pool (rule 5a): pledge this round's spare blocks to the
+        other active labs it trusts; those that join and need blocks draw them at the close and
+        pay the clearing price for each (market.core.pledges)."""
+        if (
+            obs.round in self.pooled
+            or obs.mechanism.coalition_policy == "restrict"
+            or "form_coalition" not in obs.legal_actions
+            or any(c.leader == obs.seat for c in obs.coalitions or ())
+        ):
+            return None
+        others = [s for s in obs.active_labs if s != obs.seat and self.ledger.trusted(s)]
+        blocks = self._pledge_blocks(obs, plan) if others else 0
+        if blocks <= 0:
+            return None
+        self.pooled.add(obs.round)
+        self.pledged[obs.round] = self.pledged.get(obs.round, 0) + blocks
+        return FormCoalition(
+            members=others[:MAX_INVITEES],
+            purpose=f"{self.POOL}: spare blocks for this round at the clearing price",
+            contribution=0.0,
+            split="proportional",
+            term_rounds=1,
+            pledge_blocks=blocks,
+        )
 
     def _keep_off(self, obs: Observation, plan: Plan) -> ActionModel | None:
         runnable = [p for p in plan.jobs if p.job.min_reliability <= obs.reliability]
@@ -239,7 +305,7 @@ class RuleExpert(StatefulAgent):
             if self.hedge and t > obs.round:  # forward: only blocks whose sale pays its risk
                 blocks = self._forward_blocks(obs, t, blocks, ask)
             # only blocks it owns: one bought on a contract is not its to sell before delivery
-            blocks = min(blocks, _unsold(obs, t))
+            blocks = min(blocks, _unsold(obs, t, self.pledged))
             if blocks <= 0:
                 continue
             if not ranked:
@@ -372,7 +438,9 @@ class RuleExpert(StatefulAgent):
         )
         if led is None or obs.mechanism.coalition_policy == "restrict":
             return None
-        price = _club_price(led) or 0.0
+        price = _club_price(led)
+        if price is None:
+            return None  # a block pool: the leader bids alone
         mine = list(plan.bid_values)
         job = plan.job(self.club_job.get(obs.round, ""))
         if job is not None:
@@ -399,6 +467,7 @@ class RuleExpert(StatefulAgent):
                 self._commit,
                 self._keep_off,
                 self._pitch,
+                self._pool,
                 self._sell,
                 self._propose,
             ):
@@ -417,10 +486,12 @@ class RuleExpert(StatefulAgent):
         return bid
 
 
-def _unsold(obs: Observation, t: int) -> int:
-    """Blocks it owns for round ``t`` and has not sold forward (what the market lets it offer)."""
+def _unsold(obs: Observation, t: int, pledged: dict[int, int] | None = None) -> int:
+    """Blocks it owns for round ``t`` and has neither sold forward (what the market lets it
+    offer) nor pledged to a pool."""
     held = obs.holdings or []
-    return (held[t - obs.round] if 0 <= t - obs.round < len(held) else 0) - owed(obs, t)[0]
+    own = held[t - obs.round] if 0 <= t - obs.round < len(held) else 0
+    return own - owed(obs, t)[0] - (pledged or {}).get(t, 0)
 
 
 def _club_price(coalition: CoalitionView) -> float | None:

@@ -196,7 +196,7 @@ class ReferenceExpert(RuleExpert):
             if self.hedge and t > obs.round:  # the forward rule itself is not what is compared
                 blocks = self._forward_blocks(obs, t, blocks, ask)
             # only blocks it owns: one bought on a contract is not its to sell before delivery
-            blocks = min(blocks, _unsold(obs, t))
+            blocks = min(blocks, _unsold(obs, t, self.pledged))
             if blocks <= 0:
                 continue
             for other in others:

@@ -801,9 +801,14 @@ def test_rule_expert_trades_at_prices_that_pay() -> None:
     assert expert.act(
         bidder_obs(phase="negotiation", jobs=jobs, offers_received=[dear, cheap])
     ) == AcceptOffer(offer_id="o1")
-    # spare held blocks: sold to others, and a request to buy them is accepted
+    # spare held blocks of this round: pledged to a block pool of its own first (paid the
+    # clearing price per block drawn); where coalitions are restricted, sold to others; and a
+    # request to buy them is accepted
     spare = bidder_obs(phase="negotiation", jobs=(job("k", 1, 30.0, 0),), holdings=[3, 0, 0, 0, 0])
-    offer = fresh(RuleExpert()).act(spare)
+    pool = fresh(RuleExpert()).act(spare)
+    assert pool.action_type == "form_coalition" and pool.pledge_blocks == 2  # type: ignore[union-attr]
+    restricted = spare.model_copy(update={"mechanism": mechanism(coalition_policy="restrict")})
+    offer = fresh(RuleExpert()).act(restricted)
     assert isinstance(offer, SendOffer) and offer.side == "sell" and offer.blocks == 2
     assert offer.delivery_round == 0 and offer.price >= 2 * 10.0
     wants = open_offer("o3", "buy", 2, 30.0, sender="bidder_2")

@@ -1,5 +1,5 @@
 """Delivery risk in play (slow): breaches and pledge defaults happen in ``coalition_market`` and
-``shock_storm``, selling forward everything one does not own loses money against ``rule_expert``,
+``shock_storm`` (with each scenario's own seats too), selling forward everything one does not own loses money against ``rule_expert``,
 and the expert's hedging is worth more the more owned blocks fail. Seeded, so deterministic;
 the figures are printed (``pytest -s``) for the issue's closing note."""
 
@@ -60,10 +60,41 @@ def test_breaches_and_defaults_happen_in_play(scenario: str) -> None:
     assert failed > 0 and contracts >= 40
     assert 0.05 <= breach_rate <= 0.95, breach_rate
     assert default_rate <= 1.0
-    if scenario == "coalition_market":
-        # shock_storm endows blocks every round, so no job there is short enough for
-        # rule_expert to lead a club: pledges (and their defaults) arise only in coalition_market
-        assert defaults >= 1
+    # rule_expert pledges its spare blocks to block pools (paid the clearing price per block
+    # drawn), so pledges and their defaults arise in both scenarios
+    assert pledges >= 1 and defaults >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["coalition_market", "shock_storm"])
+def test_own_seats_pledge_for_pay_and_sometimes_default(scenario: str) -> None:
+    """With each scenario's own seats (no deliberately bad seat): spare blocks are pledged to
+    pools, members that draw them pay their givers the round's clearing price, and at least one
+    pledge defaults in 30 episodes (owned blocks fail); credits are conserved."""
+    from market.run.rollout import default_seats
+    from scenarios import load_scenario
+
+    own = [
+        spec
+        for seat, spec in default_seats(load_scenario(scenario)).items()
+        if seat != "designer_0"
+    ]
+    pledges = defaults = episodes_with_default = paid = 0
+    for seed in range(30):
+        env, _ = _episode(scenario, own, seed)
+        before = defaults
+        for r in env.round_log:
+            for p in r["pools"]:
+                pledges += len(p["pledged"])
+                defaults += len(p["defaults"])
+                for pay in p["payments"]:
+                    assert pay["credits"] <= p["price"] * pay["blocks"] + 1e-9
+                    paid += pay["credits"] > 0
+        episodes_with_default += defaults > before
+        assert env.credit_balance() == pytest.approx(0.0, abs=1e-6)
+    print(f"{scenario} own seats: {pledges} pledges, {paid} paid draws, {defaults} defaults")
+    assert pledges >= 10 and paid >= 1
+    assert episodes_with_default >= 1
 
 
 @pytest.mark.slow
