@@ -38,7 +38,9 @@ from agents.llm.backends.base import (
 )
 from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
 from agents.llm.cache import occurrence_scope
-from agents.llm.decision_grammar import seat_mode, seat_schema
+from agents.llm.conversation import first_tool_call, new_exchange
+from agents.llm.decision_grammar import in_credits, seat_mode, seat_schema
+from agents.llm.exchange_notes import note_completion
 from agents.llm.memory import (
     DEFAULT_CONTEXT,
     DEFAULT_MEMORY,
@@ -260,7 +262,7 @@ class LLMAgent(BaseAgent):
     def _validate_value(self, value: Any, obs: Observation, semantic: bool = True) -> ActionModel:
         if isinstance(value, dict) and "action_type" not in value and "reasoning" in value:
             value = {k: v for k, v in value.items() if k != "reasoning"}  # the flat mechanism form
-        action = parse_action(value, designer=obs.role == "designer")
+        action = in_credits(parse_action(value, designer=obs.role == "designer"))
         if action.action_type not in obs.legal_actions:
             raise ActionParseError(
                 f"{action.action_type} is not allowed in the {obs.phase} phase; legal now: {', '.join(obs.legal_actions)}"
@@ -296,22 +298,7 @@ class LLMAgent(BaseAgent):
         self, obs: Observation, mode: str = "json", degraded: tuple[str, ...] = ()
     ) -> Generator[Request, Outcome, ActionModel]:
         self.stats["decisions"] += 1
-        exchange: dict[str, Any] = {
-            "seat": obs.seat,
-            "round": obs.round,
-            "phase": obs.phase,
-            "model": self.model,
-            "messages": [],
-            "raw": None,
-            "raw_replies": [],
-            "action": None,
-            "error": None,
-            "errors": [],
-            "attempts": 0,
-            "fallback": False,
-            "reasoning": None,
-            "degraded": list(degraded),
-        }
+        exchange = new_exchange(obs, self.model, degraded)
         self.last_exchange = exchange
         if not obs.legal_actions:
             action: ActionModel = Wait()
@@ -386,23 +373,13 @@ class LLMAgent(BaseAgent):
                 exchange["errors"].append(exchange["error"])
                 break
             exchange["raw"] = outcome.text
+            self.stats["degraded_features"] += note_completion(exchange, outcome.extra)
             repeated = outcome.text in exchange["raw_replies"]
             self.stats["repeated_replies"] += repeated
             exchange["raw_replies"].append(outcome.text)
             text, think = split_think(outcome.text)
             calls = list(getattr(outcome, "tool_calls", None) or []) if tools else []
-            call = None
-            if calls:
-                call = calls[0]
-                if not call.id:  # a deterministic id for the conversation
-                    call = ToolCall(
-                        f"call_{obs.round}_{int(self.stats['decisions'])}",
-                        call.name,
-                        call.arguments,
-                    )
-                exchange.setdefault("tool_calls", []).append(
-                    {"id": call.id, "name": call.name, "arguments": call.arguments}
-                )
+            call = first_tool_call(calls, obs, int(self.stats["decisions"]), exchange)
             reply = assistant_tool_message(call) if call else {"role": "assistant", "content": text}
             field = None
             try:

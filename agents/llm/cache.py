@@ -18,8 +18,9 @@ seat and episode). Without a scope every call is occurrence 0, which is plain de
 
 Only the model's text, reasoning, tool calls, token counts, the degradation notes and error
 messages are stored: no API key, no headers, no base URL. What a backend says about its endpoint
-is recorded too, so a replay takes the same path: the tool-support probe (``supports_tools``)
-and token counts (``count_tokens``), under keys of their own. One connection per cache serves every thread and coroutine of the process (a lock serialises
+is recorded too, so a replay takes the same path: the tool-support probe (``supports_tools``),
+token counts (``count_tokens``) and the grammar it decodes under (:meth:`CachedBackend.grammar`:
+a cached seat sends the same decision grammar as the backend it wraps), under keys of their own. One connection per cache serves every thread and coroutine of the process (a lock serialises
 it; each operation touches one indexed row).
 """
 
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.llm.backends.base import Backend, BackendError, Completion, ToolCall
+from agents.llm.decision_grammar import backend_grammar
 
 CacheMode = Literal["readwrite", "read", "off"]
 CACHE_MODES: tuple[str, ...] = ("readwrite", "read", "off")
@@ -378,6 +380,21 @@ class CachedBackend:
         value = self._fact("count-tokens", text, ask)
         if value < 0:
             raise NotImplementedError("the wrapped backend cannot count tokens")
+        return value
+
+    def grammar(self) -> str | None:
+        """The grammar the wrapped backend decodes under (``"local"``: its own, the hf backend;
+        else a server's schema dialect, :func:`agents.llm.decision_grammar.backend_grammar`),
+        recorded, so a replay without the backend sends the same schemas (part of the key)."""
+        key = cache_key(self.model, [{"role": "grammar", "content": ""}], None, {})
+        entry = None if self.mode == "off" else self.cache.get(key, 0)
+        if entry is not None and entry.completion is not None:
+            return entry.completion.text or None
+        if self.backend is None:
+            return None
+        value = backend_grammar(self.backend)
+        if self.mode == "readwrite":
+            self.cache.put(key, 0, Completion(text=value or "", model=self.model))
         return value
 
     def close(self) -> None:

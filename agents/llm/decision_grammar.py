@@ -33,11 +33,12 @@ import math
 import weakref
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.llm.prompts import estimate_tokens, legal_action_schema
 from agents.llm.reasoning import with_reasoning_first
 from market.core.action_checks import unit_cap
+from market.core.actions import ActionModel
 from market.core.seats import is_bidder_seat
 from market.environment import Observation
 
@@ -66,6 +67,7 @@ _ROUND_FIELDS = frozenset({"delivery_round", "give_round", "round", "claimed_dea
 _ESSENTIAL = {"reserve_capacity": ("blocks",), "release_capacity": ("blocks",)}
 
 Counter = Callable[[str], int]
+_A = TypeVar("_A", bound=ActionModel)
 
 
 class _Drop(Exception):
@@ -195,6 +197,8 @@ def _mechanism(schema: dict[str, Any]) -> dict[str, Any]:
     fields = schema["$defs"]["MechanismUpdate"]["properties"]
     props: dict[str, Any] = {}
     for name, prop in fields.items():
+        if name == "units":
+            continue  # the seat's prompt is in credits: the agent sends units="credits"
         if "enum" in prop:
             props[name] = {"type": "string", "enum": list(prop["enum"])}
         elif prop.get("type") == "boolean":
@@ -405,26 +409,72 @@ def decision_schema(
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
-def local_grammar(backend: Any) -> bool:
-    """Whether ``backend`` decodes under the request's schema itself (the hf backend with
-    ``constrain`` on): it then gets :func:`decision_schema`, not the plain legal-action schema."""
-    return getattr(backend, "constrain", None) is True and callable(
-        getattr(backend, "count_tokens", None)
+def in_credits(action: _A) -> _A:
+    """A designer's ``set_mechanism`` that names no ``units``, in credits: an LLM seat's prompt
+    states every amount in credits, so the number the model wrote is the number the market uses
+    (the daedalus family otherwise reads a mechanism without ``units`` in DAEDALUS units). Other
+    actions, and a mechanism that names its units, are returned as they are."""
+    mechanism = getattr(action, "mechanism", None)
+    if getattr(action, "action_type", None) != "set_mechanism" or mechanism is None:
+        return action
+    if mechanism.units is not None:
+        return action
+    return action.model_copy(
+        update={"mechanism": mechanism.model_copy(update={"units": "credits"})}
     )
+
+
+def _inner(backend: Any) -> Any:
+    """The backend a cache (:class:`~agents.llm.cache.CachedBackend`) wraps; else itself."""
+    inner = getattr(backend, "backend", None)
+    return inner if inner is not None and hasattr(backend, "cache") else backend
+
+
+def backend_grammar(backend: Any) -> str | None:
+    """The grammar ``backend`` decodes under: ``"local"`` for its own (the hf backend with
+    ``constrain`` on), a server's schema dialect
+    (:meth:`~agents.llm.backends.openai_backend.OpenAIBackend.schema_dialect`), or None. A
+    cache answers for the backend it wraps (:meth:`~agents.llm.cache.CachedBackend.grammar`,
+    recorded for a replay without it)."""
+    if hasattr(backend, "cache") and callable(getattr(backend, "grammar", None)):
+        return backend.grammar()  # type: ignore[no-any-return]
+    if getattr(backend, "constrain", None) is True and callable(
+        getattr(backend, "count_tokens", None)
+    ):
+        return "local"
+    dialect = getattr(backend, "schema_dialect", None)
+    return dialect() if callable(dialect) else None
+
+
+def local_grammar(backend: Any) -> bool:
+    """Whether ``backend`` (or the backend a cache wraps) decodes under the request's schema
+    itself (the hf backend with ``constrain`` on): it then gets :func:`decision_schema`."""
+    return backend_grammar(backend) == "local"
+
+
+def server_dialect(backend: Any) -> str | None:
+    """The schema dialect of an OpenAI-compatible server backend (or of the one a cache wraps);
+    None for other backends and for servers that honour no decision grammar."""
+    grammar = backend_grammar(backend)
+    return None if grammar == "local" else grammar
 
 
 def seat_schema(
     obs: Observation, backend: Any, params: dict[str, Any], *, structured: bool, reasoning: bool
 ) -> dict[str, Any] | None:
     """The schema an LLM seat sends with a decision (``LLMAgent._schema``): None without
-    ``structured``; for a backend with a local grammar (:func:`local_grammar`) the decision's
-    grammar, bounded by the call's ``max_tokens`` (else the backend's ``max_new_tokens``) and
-    counted with the model's tokenizer; otherwise the legal actions' schema
-    (:func:`agents.llm.prompts.legal_action_schema`), with a ``reasoning`` field first when asked."""
+    ``structured``; for a backend with a local grammar (:func:`local_grammar`) or a server with a
+    schema dialect (:func:`server_dialect`; the backend rewrites it in that dialect) the
+    decision's grammar, bounded by the call's ``max_tokens`` (else the backend's
+    ``max_new_tokens``) and counted with the model's tokenizer (a server's where its preset has
+    one, else :func:`estimated_counter`); otherwise the legal actions' schema
+    (:func:`agents.llm.prompts.legal_action_schema`), with a ``reasoning`` field first when asked.
+    A cached backend gets what the backend it wraps gets (the schema is part of the cache key)."""
     if not structured:
         return None
-    if local_grammar(backend):
-        limit = params.get("max_tokens", getattr(backend, "max_new_tokens", None))
+    inner = _inner(backend)
+    if backend_grammar(backend) is not None:
+        limit = params.get("max_tokens", getattr(inner, "max_new_tokens", None))
         return decision_schema(obs, limit, count=_memo(backend), reasoning=reasoning)
     schema = legal_action_schema(obs.legal_actions, obs.role == "designer")
     return with_reasoning_first(schema) if reasoning else schema
@@ -434,10 +484,20 @@ _COUNTERS: weakref.WeakKeyDictionary[Any, Counter] = weakref.WeakKeyDictionary()
 
 
 def _memo(backend: Any) -> Counter:
-    """The backend's ``count_tokens``, memoised (a grammar counts the same pieces again)."""
+    """The backend's ``count_tokens``, memoised (a grammar counts the same pieces again); a
+    piece it cannot count (no tokenizer endpoint, a failed call) is counted by
+    :func:`estimated_counter`."""
     counter = _COUNTERS.get(backend)
     if counter is None:
-        counter = lru_cache(maxsize=4096)(backend.count_tokens)
+        count = backend.count_tokens
+
+        def counted(text: str) -> int:
+            try:
+                return int(count(text))
+            except Exception:  # NotImplementedError, a server without the endpoint
+                return estimated_counter(text)
+
+        counter = lru_cache(maxsize=4096)(counted)
         _COUNTERS[backend] = counter
     return counter
 
@@ -447,10 +507,11 @@ def seat_mode(mode: str, backend: Any) -> str:
     ``tools`` on a backend that decodes locally and has no tool calls (the hf backend) is refused
     when the seat is built. Such a backend would drop the tools and, with no schema sent in tools
     mode, decode every reply unconstrained; JSON mode decodes under the decision's grammar."""
-    local = hasattr(backend, "constrain") and callable(getattr(backend, "count_tokens", None))
+    inner = _inner(backend)
+    local = hasattr(inner, "constrain") and callable(getattr(inner, "count_tokens", None))
     if mode == "tools" and local and not backend.supports_tools():
         raise ValueError(
-            f"mode=tools is not supported by {type(backend).__name__}: it has no tool-call "
+            f"mode=tools is not supported by {type(inner).__name__}: it has no tool-call "
             "decoding, so tools mode would decode unconstrained; use mode=json (the default: "
             "every reply is decoded under the decision's grammar) or mode=auto"
         )

@@ -44,6 +44,7 @@ class Capabilities:
     reasoning_output: bool = False
     logprobs: bool = True
     tokenize: str | None = None
+    schema_dialect: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,19 @@ PRESETS: dict[str, Provider] = {
             "openai",
             "https://api.openai.com/v1",
             "OPENAI_API_KEY",
-            Capabilities(reasoning_effort=True),
+            Capabilities(reasoning_effort=True, schema_dialect="openai-strict"),
             "reasoning_effort for reasoning models; reasoning text is not returned",
         ),
         Provider(
             "vllm",
             "http://127.0.0.1:8000/v1",
             "VLLM_API_KEY",
-            Capabilities(reasoning_effort=True, reasoning_output=True, tokenize="vllm"),
+            Capabilities(
+                reasoning_effort=True,
+                reasoning_output=True,
+                tokenize="vllm",
+                schema_dialect="xgrammar",
+            ),
             "tools need --enable-auto-tool-choice and a --tool-call-parser; reasoning_content "
             "needs --reasoning-parser",
         ),
@@ -93,6 +99,7 @@ PRESETS: dict[str, Provider] = {
                 parallel_tool_calls=False,
                 reasoning_output=True,
                 tokenize="llama-cpp-python",
+                schema_dialect="llama.cpp",
             ),
             "json_schema gives HTTP 500 (json_object is constrained); tools need "
             "--chat_format chatml-function-calling (llama-cpp-python) or --jinja (llama-server); "
@@ -115,7 +122,7 @@ PRESETS: dict[str, Provider] = {
             "sglang",
             "http://127.0.0.1:30000/v1",
             "SGLANG_API_KEY",
-            Capabilities(reasoning_effort=True, reasoning_output=True),
+            Capabilities(reasoning_effort=True, reasoning_output=True, schema_dialect="xgrammar"),
             "tools need --tool-call-parser; reasoning_content needs --reasoning-parser",
         ),
         Provider(

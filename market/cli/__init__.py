@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from market.cli.commands import cmd_agents
 from market.cli.flags import one_line, parse_seat, parse_seeds
+from market.cli.local_exit import exit_hard_after
 from market.cli.parser import EXAMPLES, build_parser
 
 Handler = Callable[[argparse.Namespace], int]
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     run = handler(args.command)
     if argv is None:
         freeze_start_up()
+        run = exit_hard_after(run)  # a local model's threads must not abort the exit
     try:
         return run(args)
     except KeyboardInterrupt:

@@ -7,8 +7,12 @@ seat's failure share is ``fallbacks / decisions``. ``repairs`` (an LLM seat re-a
 unusable reply) are shown but are not failures: the decision may still have succeeded. An LLM
 judge fails a verdict when it falls back on the rule verdict (``kind="llm-fallback"``).
 ``refused`` counts the seat's actions the env refused (``infos[seat]["error"]``, the result rows'
-``invalid_actions``): a seat fails ``--strict SHARE`` when its fallbacks, or its refused
-actions, exceed SHARE of its decisions (:attr:`SeatHealth.worst`).
+``invalid_actions``); ``cutoffs`` the model replies cut off by the token limit (``finish_reason``
+``"length"``, an LLM seat's ``stats["cutoffs"]``); ``degraded`` the decisions that ran with a
+degraded feature (a request feature the backend did not honour, a model without a chat template,
+a token counter that fell back: ``stats["degraded_features"]``). A seat fails ``--strict SHARE``
+when its fallbacks, its refused actions or its cut-offs exceed SHARE of its decisions
+(:attr:`SeatHealth.worst`); degraded decisions are shown, and warned about, but do not fail it.
 
 The same counts come from a run's result rows (:func:`from_rows`: ``gpumarket run``, ``eval``,
 ``tournament``) and from transcripts (:func:`from_episodes`: the HTML report), so a run whose
@@ -47,6 +51,8 @@ class SeatHealth:
     timeouts: int = 0
     repairs: int = 0
     refused: int = 0  # actions the env refused
+    cutoffs: int = 0  # replies cut off by the token limit (finish_reason "length")
+    degraded: int = 0  # decisions with a degraded feature (stats["degraded_features"])
     first_error: str | None = None
     episodes: int = 0
 
@@ -61,14 +67,25 @@ class SeatHealth:
         return min(1.0, self.refused / self.decisions) if self.decisions else 0.0
 
     @property
+    def cutoff_share(self) -> float:
+        """Cut-off replies per decision, at most 1 (0 when it made none)."""
+        return min(1.0, self.cutoffs / self.decisions) if self.decisions else 0.0
+
+    @property
     def worst(self) -> float:
-        """The larger of the fallback and the refused share: what ``--strict`` compares."""
-        return max(self.share, self.refused_share)
+        """The largest of the fallback, refused and cut-off shares: what ``--strict`` compares."""
+        return max(self.share, self.refused_share, self.cutoff_share)
 
     @property
     def troubled(self) -> bool:
         return bool(
-            self.fallbacks or self.agent_errors or self.timeouts or self.repairs or self.refused
+            self.fallbacks
+            or self.agent_errors
+            or self.timeouts
+            or self.repairs
+            or self.refused
+            or self.cutoffs
+            or self.degraded
         )
 
     @property
@@ -84,9 +101,13 @@ class SeatHealth:
         repairs: int = 0,
         first_error: str | None = None,
         refused: int = 0,
+        cutoffs: int = 0,
+        degraded: int = 0,
     ) -> None:
         self.decisions += decisions
         self.refused += refused
+        self.cutoffs += cutoffs
+        self.degraded += degraded
         self.fallbacks += fallbacks
         self.agent_errors += agent_errors
         self.timeouts += timeouts
@@ -153,6 +174,8 @@ def from_rows(rows: Iterable[Mapping[str, Any]], prefix: str = "") -> list[SeatH
             repairs=int(row.get("repairs", stats.get("retries", 0)) or 0),
             first_error=row.get("first_error") or row.get("last_agent_error"),
             refused=int(row.get("invalid_actions", 0) or 0),
+            cutoffs=int(row.get("cutoffs", stats.get("cutoffs", 0)) or 0),
+            degraded=int(row.get("degraded", stats.get("degraded_features", 0)) or 0),
         )
         episode = (prefix, row.get("config"), row.get("seed"))
         if episode not in judged:
@@ -174,6 +197,8 @@ def seat_counts(result: Any) -> dict[str, dict[str, Any]]:
             "fallbacks": errors + timeouts + int(stats.get("fallbacks", 0) or 0),
             "repairs": int(stats.get("retries", 0) or 0),
             "refused": int(result.invalid_actions.get(seat, 0)),
+            "cutoffs": int(stats.get("cutoffs", 0) or 0),
+            "degraded": int(stats.get("degraded_features", 0) or 0),
             "first_error": result.first_error.get(seat),
         }
     return out
@@ -201,6 +226,8 @@ def from_matches(records: Iterable[Mapping[str, Any]]) -> list[SeatHealth]:
                         "timeouts",
                         "repairs",
                         "refused",
+                        "cutoffs",
+                        "degraded",
                     )
                 },
                 first_error=counts.get("first_error"),
@@ -212,7 +239,8 @@ def from_matches(records: Iterable[Mapping[str, Any]]) -> list[SeatHealth]:
 def from_episodes(episodes: Sequence[Any]) -> list[SeatHealth]:
     """Per-seat health of transcripts (:class:`market.record.report.Episode`): live steps are decisions,
     a step's ``agent_error`` is an error or a timeout, an LLM exchange marked ``fallback`` is the
-    agent's own fallback, and its attempts after the first are repairs."""
+    agent's own fallback, its attempts after the first are repairs, its replies with
+    ``finish_reason`` ``"length"`` cut-offs and a non-empty ``degraded`` a degraded decision."""
     health: dict[tuple[str, str], SeatHealth] = {}
     for ep in episodes:
         seats = ep.seats
@@ -229,12 +257,16 @@ def from_episodes(episodes: Sequence[Any]) -> list[SeatHealth]:
                     "timeouts": 0,
                     "repairs": 0,
                     "refused": 0,
+                    "cutoffs": 0,
+                    "degraded": 0,
                     "first_error": None,
                 },
             )
             c["decisions"] += 1
             c["repairs"] += ev.repairs
             c["refused"] += ev.error is not None
+            c["cutoffs"] += ev.cutoffs
+            c["degraded"] += bool(ev.degraded)
             error = ev.agent_error or (
                 f"fallback: {ev.llm_error or 'no usable reply'}" if ev.fallback else None
             )
@@ -254,8 +286,8 @@ def from_episodes(episodes: Sequence[Any]) -> list[SeatHealth]:
 
 
 def over_share(health: Iterable[SeatHealth], share: float) -> list[SeatHealth]:
-    """The seats that fell back, or were refused by the env, on more than ``share`` of their
-    decisions."""
+    """The seats that fell back, were refused by the env or were cut off by the token limit on
+    more than ``share`` of their decisions."""
     return [h for h in health if h.decisions and h.worst > share]
 
 
@@ -282,6 +314,11 @@ def warnings(health: Iterable[SeatHealth], share: float = WARN_SHARE) -> list[st
                 f"{h.label} had {h.refused} of its {h.decisions} actions refused by the env "
                 f"({h.refused_share:.0%})"
             )
+        if h.cutoff_share > share:
+            out.append(
+                f"{h.label} had {h.cutoffs} replies cut off by the token limit in its "
+                f"{h.decisions} decisions ({h.cutoff_share:.0%}): raise max_tokens"
+            )
     return out
 
 
@@ -300,14 +337,15 @@ def print_health(
     if not troubled:
         console.print(
             f"agent health: no fallbacks, agent errors, timeouts or repairs in {total} {what}; "
-            "no action refused by the env",
+            "no action refused by the env, no reply cut off, no degraded feature",
             style="green",
             highlight=False,
         )
         return
     table = Table(
         title="agent health: decisions that fell back (errors + timeouts + the "
-        "agent's own fallbacks), LLM repairs and actions the env refused",
+        "agent's own fallbacks), LLM repairs, actions the env refused, replies cut off by the "
+        "token limit and decisions with a degraded feature",
         title_justify="left",
     )
     for col in (
@@ -319,6 +357,8 @@ def print_health(
         "timeouts",
         "repairs",
         "refused",
+        "cut off",
+        "degraded",
     ):
         table.add_column(
             col,
@@ -327,7 +367,11 @@ def print_health(
             overflow="fold",
         )
     for h in troubled:
-        style = "bold red" if h.worst > WARN_SHARE else ("yellow" if h.fallbacks else None)
+        style = (
+            "bold red"
+            if h.worst > WARN_SHARE
+            else ("yellow" if h.fallbacks or h.cutoffs or h.degraded else None)
+        )
         table.add_row(
             escape(h.seat),
             escape(h.agent),
@@ -337,6 +381,8 @@ def print_health(
             str(h.timeouts),
             str(h.repairs),
             f"{h.refused} ({h.refused_share:.0%})",
+            f"{h.cutoffs} ({h.cutoff_share:.0%})",
+            str(h.degraded),
             style=style,
         )
     console.print(table)
@@ -348,10 +394,17 @@ def print_health(
             console.print(
                 f"{escape(h.label)}: first error: {escape(h.first_error[:300])}", highlight=False
             )
-    if strict is None and any(h.fallbacks or h.refused for h in health):
+    degraded = [h for h in troubled if h.degraded]
+    for h in degraded:
         console.print(
-            f"(--strict [SHARE] exits with code {STRICT_EXIT} when a seat falls back, or has "
-            "its actions refused, on more than SHARE of its decisions)",
+            f"[yellow]{escape(h.label)}: {h.degraded} of its {h.decisions} decisions ran with a "
+            "degraded feature[/] (the transcript's LLM exchange lists it under degraded)",
+            highlight=False,
+        )
+    if strict is None and any(h.fallbacks or h.refused or h.cutoffs for h in health):
+        console.print(
+            f"(--strict [SHARE] exits with code {STRICT_EXIT} when a seat falls back, has its "
+            "actions refused or its replies cut off, on more than SHARE of its decisions)",
             style="dim",
             highlight=False,
         )
@@ -372,6 +425,11 @@ def strict_failures(health: Sequence[SeatHealth], share: float | None) -> list[s
             out.append(
                 f"{h.label} had {h.refused} of {h.decisions} actions refused by the env "
                 f"({h.refused_share:.1%}), above --strict {share:g}"
+            )
+        if h.cutoff_share > share:
+            out.append(
+                f"{h.label} had {h.cutoffs} replies cut off by the token limit in "
+                f"{h.decisions} decisions ({h.cutoff_share:.1%}), above --strict {share:g}"
             )
     return out
 

@@ -52,6 +52,8 @@ ROW_KEYS = (
     "timeouts",
     "fallbacks",
     "repairs",
+    "cutoffs",
+    "degraded",
     "tokens",
     "stats",
     "first_error",
@@ -144,6 +146,8 @@ def episode_rows(result: EpisodeResult, config: str) -> list[dict[str, Any]]:
                 # also falls back on its own when no valid action can be parsed (stats["fallbacks"])
                 "fallbacks": counts["fallbacks"],
                 "repairs": counts["repairs"],  # an LLM seat re-asked after an unusable reply
+                "cutoffs": counts["cutoffs"],  # LLM replies cut off by the token limit
+                "degraded": counts["degraded"],  # LLM decisions with a degraded feature
                 "tokens": _tokens(stats),
                 "stats": stats,
                 "first_error": counts["first_error"],

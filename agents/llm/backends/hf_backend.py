@@ -51,6 +51,7 @@ from agents.llm.backends.hf_loading import (
     load_model,
     require_hf_extra,
 )
+from agents.llm.backends.hf_threads import apply_threads, check_threads
 
 
 def adapter_digest(folder: str | Path) -> str:
@@ -65,6 +66,16 @@ def adapter_digest(folder: str | Path) -> str:
     return h.hexdigest()[:12]
 
 
+#: the time limit of one decision of an ``llm:hf`` seat decoding on the CPU when the run sets none
+#: (the scenario's default, 120 s, is for model servers and scripted seats): a decision is up to
+#: ``retries + 1`` replies of up to ``max_tokens`` tokens after a prompt of up to ``context``
+#: tokens, at a few tokens a second on a busy CPU (docs/llm-seats.md gives the measurements)
+CPU_DECISION_TIMEOUT_S = 900.0
+#: the degraded note of a model without a chat template (its prompts are plain text)
+NO_TEMPLATE = (
+    "no chat template: the model has none, so its prompts were rendered as plain "
+    "'role: content' turns it was not trained on"
+)
 #: request parameters this backend cannot honour (dropped and listed in ``extra["degraded"]``)
 UNSUPPORTED: tuple[str, ...] = ("tools", "tool_choice", "reasoning_effort", "logprobs")
 
@@ -121,6 +132,11 @@ class HFBackend:
     most (None: the cores, at most 16; 1: row by row). ``adapter`` is a PEFT LoRA adapter
     folder (e.g. from ``gpumarket train-llm``), merged into the weights when the model loads
     (needs ``peft``); the default model name then ends ``+lora-<12 hex of its weights' sha256>``.
+    ``threads`` sets torch's CPU threads when the model loads (None: one share of the cores per
+    CPU model loaded, :mod:`.hf_threads`). A seat on the CPU gets
+    :data:`CPU_DECISION_TIMEOUT_S` per decision unless the run sets a limit
+    (:attr:`decision_timeout`); a model without a chat template notes it in every reply's
+    ``extra["degraded"]``.
 
     The model loads on first use (or with :meth:`load`); with ``share_model`` (default) backends
     with the same (path, gguf_file, device, dtype) share one loaded model and its engine, so an
@@ -152,6 +168,7 @@ class HFBackend:
         trust_remote_code: bool = False,
         preload: bool = False,
         adapter: str | Path | None = None,
+        threads: int | None = None,
     ) -> None:
         if int(max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
@@ -178,6 +195,8 @@ class HFBackend:
         self.fused_kernels = None if fused_kernels is None else bool(fused_kernels)
         # checked now (the engine is made later, by the first call); None: the engine's default
         self.mask_threads = None if mask_threads is None else engine_mask_threads(mask_threads)
+        self.threads = None if threads is None else check_threads(threads)
+        self.cpu_threads: int | None = None  # torch's CPU threads, set when the model loads
         self.share_model = bool(share_model)
         self.trust_remote_code = bool(trust_remote_code)
         default_name = Path(self.gguf_file).stem if self.gguf_file else Path(self.source).name
@@ -190,6 +209,12 @@ class HFBackend:
         self.calls = 0
         if preload:
             self.load()
+
+    @property
+    def decision_timeout(self) -> float | None:
+        """The time limit a decision of a seat on this backend needs when the run sets none:
+        :data:`CPU_DECISION_TIMEOUT_S` on the CPU, None (the run's default) elsewhere."""
+        return CPU_DECISION_TIMEOUT_S if self.device.split(":")[0] == "cpu" else None
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> HFBackend:
@@ -206,7 +231,9 @@ class HFBackend:
         """The loaded model (once per process per key, see :mod:`.hf_loading`); a load failure
         is a :class:`BackendError` (a ``ModelLoadError``) with the user's fix."""
         if self._loaded is None:
-            self._loaded = load_model(self.key, shared=self.share_model)
+            loaded = load_model(self.key, shared=self.share_model)
+            self.cpu_threads = apply_threads(self.threads, loaded.model, self.device)
+            self._loaded = loaded
         return self._loaded
 
     # --- prompting -------------------------------------------------------------------------
@@ -345,6 +372,10 @@ class HFBackend:
         ]
         if self._loaded is not None:
             degraded.extend(self._loaded.notes)  # e.g. a conversion cache that was not written
+            if not getattr(self._loaded.tokenizer, "chat_template", None):
+                degraded.append(NO_TEMPLATE)
+        if self.cpu_threads is not None:
+            extra["threads"] = self.cpu_threads
         if degraded:  # recorded, never silent: the agent counts these
             extra["degraded"] = degraded
         return Completion(

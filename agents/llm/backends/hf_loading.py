@@ -459,6 +459,13 @@ LOAD_LOCK = threading.Lock()
 _REGISTRY_LOCK = threading.Lock()  # guards the two tables (held only briefly)
 _MODELS: dict[ModelKey, LoadedModel] = {}
 _FAILURES: dict[ModelKey, str] = {}
+_LOADED_ANY = threading.Event()  # set once a load began in this process (see models_loaded)
+
+
+def models_loaded() -> bool:
+    """Whether this process began loading a model (shared or not): torch's, xgrammar's and the
+    engine's threads may then be running at exit (``market.cli.local_exit``)."""
+    return _LOADED_ANY.is_set()
 
 
 def _lookup(key: ModelKey, shared: bool) -> LoadedModel | None:
@@ -491,6 +498,7 @@ def load_model(key: ModelKey, *, shared: bool = True, cache_dir: Path | None = N
             warn_once(
                 Path("~"), f"no GGUF conversion cache ({error_reason(exc)}); set {CACHE_DIR_ENV}"
             )
+        _LOADED_ANY.set()  # from here torch (and then the engine's threads) may be running
         try:
             loaded = load_uncached(key, folder)
         except ModelLoadError as exc:

@@ -17,11 +17,12 @@ backend does not keep it, print it, pickle it or put it in an error message.
 Structured output (``response_format``):
 
 - ``"json_schema"``: OpenAI's ``{"type": "json_schema", "json_schema": {"name": "action",
-  "schema": ..., "strict": false}}`` (OpenAI, vLLM, Ollama);
+  "schema": ..., "strict": false}}`` (OpenAI, vLLM, Ollama; ``strict: true`` in OpenAI's dialect);
 - ``"json_object"``: ``{"type": "json_object", "schema": ...}``, which llama.cpp's server
   constrains generation on (its ``json_schema`` form fails with HTTP 500);
 - ``"none"``: free text; the agent extracts the JSON.
 
+The schema is rewritten in the dialect the server honours (:mod:`agents.llm.server_grammar`).
 When a server answers HTTP 400/422/500/501 with a message about the response format, the backend
 retries that request once without one and keeps using none from then on.
 
@@ -69,6 +70,7 @@ from agents.llm.backends.openai_reply import (
 )
 from agents.llm.backends.pool import ClientPool, active_pool, close_at_loop_shutdown
 from agents.llm.providers import Provider, adapt_request, preset
+from agents.llm.server_grammar import dialect_for, to_dialect, unwrap_strict
 
 log = logging.getLogger(__name__)
 
@@ -337,16 +339,26 @@ class OpenAIBackend:
                 f"response_format={self.requested_format} rejected by the server: sent "
                 f"{self.response_format}"
             )
+        dialect = self.schema_dialect(fmt)
+        if schema is not None and fmt != "none":
+            schema, rewritten = to_dialect(schema, dialect)  # what the server honours
+            found.extend(rewritten)
         if notes is not None:
             notes.extend(found)
         if schema is not None and fmt == "json_schema":
+            strict = dialect == "openai-strict"
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "action", "schema": schema, "strict": False},
+                "json_schema": {"name": "action", "schema": schema, "strict": strict},
             }
         elif schema is not None and fmt == "json_object":
             body["response_format"] = {"type": "json_object", "schema": schema}
         return body
+
+    def schema_dialect(self, fmt: str | None = None) -> str | None:
+        """The JSON-schema dialect the server honours under ``fmt`` (default: the format in
+        use), :func:`~agents.llm.server_grammar.dialect_for`; None: no decision grammar."""
+        return dialect_for(self.provider, fmt or self.response_format, is_local_url(self.base_url))
 
     def _format_unsupported(
         self, exc: openai.APIStatusError, fmt: str, schema: dict[str, Any] | None
@@ -443,6 +455,8 @@ class OpenAIBackend:
         message = choices[0].message
         usage = getattr(response, "usage", None)
         text, reasoning = reasoning_of(message, message.content or "")
+        if self.schema_dialect(fmt) == "openai-strict":
+            text = unwrap_strict(text)  # {"action": ...} back to the action object
         extra: dict[str, Any] = {"finish_reason": choices[0].finish_reason, "response_format": fmt}
         if notes:
             extra["degraded"] = list(dict.fromkeys(notes))

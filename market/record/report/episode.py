@@ -43,6 +43,8 @@ class Event:
     llm_error: str | None = None  # the LLM agent's own parse/request error
     fallback: bool = False  # the LLM agent found no usable reply and played its fallback action
     repairs: int = 0  # the LLM agent's re-asks after an unusable reply
+    cutoffs: int = 0  # the LLM agent's replies cut off by the token limit (finish_reason "length")
+    degraded: list[str] = field(default_factory=list)  # the LLM exchange's degraded features
     model_reasoning: str | None = None  # the model's own reasoning (reasoning_content, <think>)
     # the conduct judge's entries of this step: claims, promises, flags (docs/conduct.md)
     conduct: list[dict[str, Any]] = field(default_factory=list)
@@ -277,6 +279,15 @@ def _components(comps: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, f
     return out
 
 
+def _cutoffs(extra: Mapping[str, Any]) -> int:
+    """The replies of an LLM exchange cut off by the token limit: its ``finish_reasons`` (one per
+    attempt), else its last ``finish_reason``."""
+    reasons = extra.get("finish_reasons")
+    if not isinstance(reasons, list):
+        reasons = [extra.get("finish_reason")]
+    return sum(r == "length" for r in reasons)
+
+
 def event_of(ev: StepEvent) -> Event:
     """The report's view of one recorded step."""
     llm = ev.llm
@@ -303,6 +314,10 @@ def event_of(ev: StepEvent) -> Event:
         repairs=max(0, attempts - 1)
         if isinstance(attempts, int) and not isinstance(attempts, bool)
         else 0,
+        cutoffs=_cutoffs(extra),
+        degraded=[clean_text(str(d)) for d in extra.get("degraded") or [] if d]
+        if isinstance(extra.get("degraded"), list)
+        else [],
         model_reasoning=None
         if extra.get("reasoning") in (None, "")
         else text_of(extra.get("reasoning")),

@@ -254,8 +254,8 @@ def health_box(health: Sequence[SeatHealth]) -> Safe:
     if not troubled:
         return h(
             "p",
-            f"Agent health: no fallbacks, agent errors, timeouts or repairs in "
-            f"{decisions} decisions.",
+            f"Agent health: no fallbacks, agent errors, timeouts, repairs, refused actions, "
+            f"cut-offs or degraded features in {decisions} decisions.",
             class_="ok",
             id="health",
         )
@@ -269,6 +269,9 @@ def health_box(health: Sequence[SeatHealth]) -> Safe:
             str(x.agent_errors),
             str(x.timeouts),
             str(x.repairs),
+            f"{x.refused} ({x.refused_share:.0%})",
+            f"{x.cutoffs} ({x.cutoff_share:.0%})",
+            str(x.degraded),
             clip(x.first_error or "", 300),
         ]
         for x in troubled
@@ -286,19 +289,24 @@ def health_box(health: Sequence[SeatHealth]) -> Safe:
                 "errors",
                 "timeouts",
                 "repairs",
+                "refused",
+                "cut off",
+                "degraded",
                 "first error",
             ],
             rows,
             "health",
-            numeric=(2, 3, 4, 5, 6),
+            numeric=(2, 3, 4, 5, 6, 7, 8, 9),
         ),
         h(
             "p",
             "A decision falls back when the agent raised, ran past the time limit or found "
             "no usable reply; the seat then played the safe fallback action (abstain in "
             "bidding, wait otherwise). Repairs are an LLM seat's re-asks after an unusable "
-            "reply. The judge row counts an LLM judge's verdicts that fell back on the rule "
-            "verdict.",
+            "reply. Refused: actions the env refused. Cut off: model replies stopped by the token "
+            "limit (raise max_tokens). Degraded: decisions that ran with a feature the backend "
+            "did not honour (listed in the step's LLM exchange). The judge row counts an LLM "
+            "judge's verdicts that fell back on the rule verdict.",
             class_="muted",
         ),
         class_="health alert" if loud else "health note",
