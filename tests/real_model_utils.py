@@ -320,3 +320,28 @@ def tiny_llama(dtype: Any = None, **config: Any) -> Any:
     torch.manual_seed(0)  # torch's layer init; the tests' own draws use generators
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**(settings | config))).eval()
     return model.to(dtype) if dtype is not None else model
+
+
+def tiny_smollm_folder(folder: Path, chat_template: bool = True) -> Path:
+    """A random 2-layer Llama on SmolLM2-135M's tokenizer (from the test GGUF), with its chat
+    template or without one, saved in ``folder`` as a model folder ``llm:hf?path=`` loads: the
+    real tokenizer, template and grammars, with decisions that take a fraction of a second."""
+    from transformers import AutoTokenizer
+
+    gguf = require_gguf()
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    assert tok.chat_template  # SmolLM2 ships one
+    if not chat_template:
+        tok.chat_template = None
+    tiny_llama(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        max_position_embeddings=8192,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    ).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

@@ -64,7 +64,7 @@ _TEXT_FIELDS = frozenset({"message", "purpose", "text", "reasoning"})
 _ROUND_FIELDS = frozenset({"delivery_round", "give_round", "round", "claimed_deadline"})
 
 #: optional fields whose lack of any value leaves their action nothing to do
-_ESSENTIAL = {"reserve_capacity": ("blocks",), "release_capacity": ("blocks",)}
+_ESSENTIAL = {"reserve_capacity": ("blocks",), "release_capacity": ("blocks",), "bid": ("bids",)}
 
 Counter = Callable[[str], int]
 _A = TypeVar("_A", bound=ActionModel)
@@ -171,8 +171,11 @@ def _field(kind: str, name: str, prop: dict[str, Any], f: _Facts) -> dict[str, A
         if name == "blocks":
             return _int(1, max(rounds.values()))
         return _int(min(rounds), max(rounds))
-    if name == "bids":
-        return {"type": "array", "items": _num(f.pool), "maxItems": f.cap}
+    if name == "bids":  # at least one price: a seat that abstains says wait (an empty bid
+        # is the reply small models fall back on, and it plays nothing)
+        if f.cap < 1:
+            raise _Drop
+        return {"type": "array", "items": _num(f.pool), "minItems": 1, "maxItems": f.cap}
     if name == "side":
         return {"type": "string", "enum": ["sell", "buy"]}
     if name == "split":
@@ -249,6 +252,8 @@ def _variants(obs: Observation, f: _Facts, reasoning: bool) -> list[dict[str, An
             continue
         if kind == "set_mechanism":
             required = [*required, "mechanism"]
+        if kind == "bid":
+            required = [*required, "bids"]
         variant: dict[str, Any] = {
             "type": "object",
             "properties": narrowed,
@@ -350,7 +355,7 @@ def _bound_text(variant: dict[str, Any], max_tokens: int, count: Counter) -> dic
         item, _ = _longest_value(bids["items"], count)
         per = item + count(", ")
         over = max(0, _longest_object(variant, count)[0] - (max_tokens - REPLY_MARGIN))
-        fewer = max(0, int(bids["maxItems"]) - math.ceil(over / per))
+        fewer = max(int(bids.get("minItems", 0)), int(bids["maxItems"]) - math.ceil(over / per))
         props = {**props, "bids": {**bids, "maxItems": fewer}}
         variant = {**variant, "properties": props}
     while True:

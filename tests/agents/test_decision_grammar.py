@@ -202,9 +202,14 @@ def test_bid_cap_follows_the_round_and_shrinks_to_fit() -> None:
     obs = next(o for o in observations("market_round") if o.phase == "bidding")
     bid = next(v for v in _variants(decision_schema(obs, 2048) or {}) if _kind(v) == "bid")
     assert bid["properties"]["bids"]["maxItems"] == unit_cap(obs)
-    small = next(v for v in _variants(decision_schema(obs, 40) or {}) if _kind(v) == "bid")
-    assert small["properties"]["bids"]["maxItems"] < unit_cap(obs)
-    assert longest_reply_tokens({"anyOf": [small]}) <= 40 - REPLY_MARGIN
+    # a bid names at least one price: abstaining is wait (an empty bid played nothing)
+    assert bid["properties"]["bids"]["minItems"] == 1 and "bids" in bid["required"]
+    assert "wait" in obs.legal_actions
+    small = next(v for v in _variants(decision_schema(obs, 64) or {}) if _kind(v) == "bid")
+    assert 1 <= small["properties"]["bids"]["maxItems"] < unit_cap(obs)
+    assert longest_reply_tokens({"anyOf": [small]}) <= 64 - REPLY_MARGIN
+    # too few tokens for even one price: no bid is offered (rather than an empty one)
+    assert not [v for v in _variants(decision_schema(obs, 40) or {}) if _kind(v) == "bid"]
 
 
 def test_replies_the_grammar_allows_parse_and_name_real_ids() -> None:

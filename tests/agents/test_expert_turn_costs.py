@@ -125,7 +125,7 @@ def test_folded_share_equals_the_recomputed_share(scenario: str, seed: int) -> N
 
 @pytest.mark.parametrize(
     ("scenario", "seed"),
-    [("coalition_market_medium", 2), ("market_round_easy", 0), ("single_trade_easy", 0)],
+    [("coalition_market_medium", 2), ("market_round_easy", 4), ("single_trade_easy", 0)],
 )
 def test_sold_out_skip_takes_the_eager_actions(scenario: str, seed: int) -> None:
     fast, _, _, sold_out = play(scenario, seed, lambda: make_agent("rule_expert"))

@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_model_utils import HF_INSTALL, HF_MODULES, require_gguf, require_modules, tiny_llama
+from real_model_utils import (
+    HF_INSTALL,
+    HF_MODULES,
+    require_modules,
+    tiny_smollm_folder,
+)
 
 from agents.registry import AgentSpecError, make_agent
 
@@ -25,29 +30,10 @@ MESSAGES = [
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two tiny random Llamas on SmolLM2's tokenizer: one with its chat template, one without."""
     require_modules(HF_MODULES, HF_INSTALL)
-    from transformers import AutoTokenizer
-
-    gguf = require_gguf()
-    out = {}
-    for name in ("template", "plain"):
-        folder = tmp_path_factory.mktemp(name)
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        assert tok.chat_template  # SmolLM2 ships one
-        if name == "plain":
-            tok.chat_template = None
-        tiny_llama(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            max_position_embeddings=8192,
-            eos_token_id=tok.eos_token_id,
-            bos_token_id=tok.bos_token_id,
-            pad_token_id=tok.pad_token_id,
-            tie_word_embeddings=True,
-        ).save_pretrained(folder)
-        tok.save_pretrained(folder)
-        out[name] = folder
-    return out
+    return {
+        name: tiny_smollm_folder(tmp_path_factory.mktemp(name), chat_template=name == "template")
+        for name in ("template", "plain")
+    }
 
 
 @pytest.fixture

@@ -13,7 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from real_model_utils import HF_INSTALL, HF_MODULES, require_gguf, require_modules, tiny_llama
+from real_model_utils import (
+    HF_INSTALL,
+    HF_MODULES,
+    require_gguf,
+    require_modules,
+    tiny_smollm_folder,
+)
 from support import ROOT, ctrl_c_able
 
 from market.record.transcript import read_transcript
@@ -32,25 +38,25 @@ def complete_seeds(results: Path, seats: int) -> dict[int, int]:
 
 
 def tiny_model(folder: Path) -> Path:
-    """A random 2-layer Llama on SmolLM2-135M's tokenizer and chat template (from the test
-    GGUF): the real backend, tokenizer, grammars and threads, with decisions that take a
+    """A random 2-layer Llama on SmolLM2-135M's tokenizer and chat template: decisions take a
     fraction of a second, so that episodes finish within the test on a busy machine."""
-    from transformers import AutoTokenizer
+    return tiny_smollm_folder(folder)
 
-    gguf = require_gguf()
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tiny_llama(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        max_position_embeddings=8192,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.bos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=True,
-    ).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+
+def start_run(model: Path, out: Path) -> subprocess.Popen[str]:
+    """``gpumarket run single_trade`` over seeds 0:40 with ``model`` in bidder_0 (``llm:hf``),
+    one episode at a time, in a process Ctrl-C can reach."""
+    seat = f"bidder_0=llm:hf?path={model}&max_tokens=48&retries=0&memory=none"
+    argv = [sys.executable, "-m", "market", "run", "single_trade", "--seeds", "0:40"]
+    argv += ["--seat", seat, "--out", str(out), "--episodes-in-flight", "1", "--no-progress"]
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **ctrl_c_able(),
+    )
 
 
 def test_ctrl_c_with_a_local_model_call_in_flight_exits_130_keeping_finished_episodes(
@@ -59,17 +65,7 @@ def test_ctrl_c_with_a_local_model_call_in_flight_exits_130_keeping_finished_epi
     require_modules(HF_MODULES, HF_INSTALL)
     model = tiny_model(tmp_path / "model")
     out = tmp_path / "run"
-    seat = f"bidder_0=llm:hf?path={model}&max_tokens=48&retries=0&memory=none"
-    argv = [sys.executable, "-m", "market", "run", "single_trade", "--seeds", "0:40"]
-    argv += ["--seat", seat, "--out", str(out), "--episodes-in-flight", "1", "--no-progress"]
-    proc = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **ctrl_c_able(),
-    )
+    proc = start_run(model, out)
     try:
         seats = 2  # single_trade: bidder_0 and bidder_1
         deadline = time.monotonic() + 300
@@ -107,17 +103,7 @@ def test_ctrl_c_during_a_smollm2_decision_exits_130_not_sigabrt(tmp_path: Path) 
     require_modules(HF_MODULES, HF_INSTALL)
     gguf = require_gguf()
     out = tmp_path / "run"
-    seat = f"bidder_0=llm:hf?path={gguf}&max_tokens=48&retries=0&memory=none"
-    argv = [sys.executable, "-m", "market", "run", "single_trade", "--seeds", "0:40"]
-    argv += ["--seat", seat, "--out", str(out), "--episodes-in-flight", "1", "--no-progress"]
-    proc = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **ctrl_c_able(),
-    )
+    proc = start_run(gguf, out)
     try:
         first = out / "transcripts" / "0.jsonl"
         deadline = time.monotonic() + 600

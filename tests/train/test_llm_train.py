@@ -11,29 +11,19 @@ import json
 from pathlib import Path
 
 import pytest
-from real_model_utils import HF_INSTALL, HF_MODULES, require_gguf, require_modules, tiny_llama
+from real_model_utils import (
+    HF_INSTALL,
+    HF_MODULES,
+    require_modules,
+    tiny_smollm_folder,
+)
 
 pytestmark = pytest.mark.real_model
 
 
 def tiny_base(folder: Path) -> Path:
     """A random 2-layer Llama on SmolLM2's tokenizer (and chat template), saved in ``folder``."""
-    from transformers import AutoTokenizer
-
-    gguf = require_gguf()
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tiny_llama(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        max_position_embeddings=8192,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.bos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=True,
-    ).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return tiny_smollm_folder(folder)
 
 
 CONFIG = """
