@@ -38,9 +38,8 @@ from agents.llm.backends.base import (
 )
 from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
 from agents.llm.cache import occurrence_scope
-from agents.llm.conversation import first_tool_call, new_exchange
+from agents.llm.conversation import first_tool_call, new_exchange, note_completion
 from agents.llm.decision_grammar import in_credits, seat_mode, seat_schema
-from agents.llm.exchange_notes import note_completion
 from agents.llm.memory import (
     DEFAULT_CONTEXT,
     DEFAULT_MEMORY,

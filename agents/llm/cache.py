@@ -249,6 +249,7 @@ class CachedBackend:
         self.cache = ResponseCache(path)
         self.hits = 0
         self.misses = 0
+        self._grammar: tuple[str | None] | None = None  # resolved once (asked every decision)
 
     def _lookup(
         self, messages: list[dict[str, Any]], schema: dict[str, Any] | None, params: dict[str, Any]
@@ -386,6 +387,11 @@ class CachedBackend:
         """The grammar the wrapped backend decodes under (``"local"``: its own, the hf backend;
         else a server's schema dialect, :func:`agents.llm.decision_grammar.backend_grammar`),
         recorded, so a replay without the backend sends the same schemas (part of the key)."""
+        if self._grammar is None:
+            self._grammar = (self._read_grammar(),)
+        return self._grammar[0]
+
+    def _read_grammar(self) -> str | None:
         key = cache_key(self.model, [{"role": "grammar", "content": ""}], None, {})
         entry = None if self.mode == "off" else self.cache.get(key, 0)
         if entry is not None and entry.completion is not None:

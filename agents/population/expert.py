@@ -217,12 +217,11 @@ class RuleExpert(StatefulAgent):
     def _pledge_blocks(self, obs: Observation, plan: Plan) -> int:
         """How many spare blocks of this round it pledges to a pool, paid the clearing price
         (its ``ask``: the last revealed price, at least the floor) for each one a member draws:
-        with ``hedge``, those
-        whose pay beats the expected cost of falling short on them (a default costs the refund
-        of the pay and the withdrawal penalty as the price of its reputation; it pays no default
-        compensation, as it pledges without a pool balance: :func:`forward_sale_blocks` with
-        the blocks it keeps for its jobs and sales as already owed); a spare block has no other
-        use to it this round."""
+        with ``hedge``, those whose pay beats the expected cost of falling short on them (a
+        default costs the refund of the pay and the withdrawal penalty as the price of its
+        reputation; it pays no default compensation, as it pledges without a pool balance:
+        :func:`forward_sale_blocks` with the blocks it keeps for its jobs and sales as already
+        owed); a spare block has no other use to it this round."""
         spare = self._spare_now(obs, plan)
         if spare <= 0 or not self.hedge:
             return max(0, spare)

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from agents.llm.agent import LLMAgent
 from agents.llm.backends.base import Completion
-from agents.llm.exchange_notes import note_completion
+from agents.llm.conversation import note_completion
 from market.cli import main as cli
 from market.record.report import load_episodes, write_report
 from market.record.transcript import read_transcript
