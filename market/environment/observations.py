@@ -396,8 +396,9 @@ def marginal_values(obs: Observation) -> list[float]:
     The env runs a lab's blocks on its jobs earliest deadline first (unless it plans otherwise
     with ``allocate_to_job``), so the k-th block held this round goes to the k-th remaining unit
     in deadline order: that unit's value is the job's value per block times this round's
-    reliability. Only live jobs this round's reliability can run, and that :func:`can_complete`,
-    count. A bid schedule must be non-increasing, so each unit is capped at the value of every
+    reliability and, where owned blocks can fail (``delivery.failure_rate``, docs/world.md), times
+    the chance the block survives the round's close. Only live jobs this round's reliability can
+    run, and that :func:`can_complete`, count. A bid schedule must be non-increasing, so each unit is capped at the value of every
     unit before it: winning ``n`` blocks at a price ``p`` at most the ``n``-th bid then never
     pays more than the blocks are worth (sorting by value instead would pay the best job's value
     for blocks that go to an earlier, cheaper job).
@@ -409,9 +410,13 @@ def marginal_values(obs: Observation) -> list[float]:
         and job.min_reliability <= obs.reliability
         and can_complete(job, obs)
     ]
+    # a block bought now fails at the close with the round's public failure rate; each block
+    # counts at its own survival chance (a lower bound when a failed block's unit is taken by
+    # the next block, the exact value when every remaining block is needed)
+    survive = 1.0 - (obs.delivery.failure_rate if obs.delivery is not None else 0.0)
     units: list[float] = []
     for _, _, job in sorted(live, key=lambda t: t[:2]):  # the env's order: deadline, then arrival
-        units += [job.value / job.size * obs.reliability] * (job.size - job.progress)
+        units += [job.value / job.size * obs.reliability * survive] * (job.size - job.progress)
     held = (obs.holdings or [0])[0]
     values: list[float] = []
     cap = math.inf

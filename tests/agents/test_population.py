@@ -23,6 +23,7 @@ from agents.scripted import marginal_values
 from market.core.actions import (
     AcceptOffer,
     AllocateToJob,
+    Bid,
     CommitToCoalition,
     Finish,
     LeaveCoalition,
@@ -36,6 +37,7 @@ from market.core.mechanisms import Mechanism, first_price_equilibrium_bid
 from market.environment.aec import LEGAL, raw_env
 from market.environment.observations import (
     CoalitionView,
+    DeliveryView,
     DesignerStats,
     JobView,
     MarketResultView,
@@ -214,6 +216,44 @@ def test_marginal_values_follow_execution_order_and_never_rise() -> None:
     assert marginal_values(held) == [7.5, 7.5, 7.5]
     # without the early job the late job's blocks are worth their own value
     assert marginal_values(bidder_obs(jobs=(late,))) == [45.0, 45.0]
+
+
+def risk(failure_rate: float) -> DeliveryView:
+    """Delivery risk as a bidder sees it, with this round's failure probability."""
+    return DeliveryView(
+        failure_rate=failure_rate,
+        base_failure_rate=failure_rate,
+        outage_exposure=0.0,
+        reliability_exposure=0.0,
+        short_sales=True,
+        collateral_fraction=0.5,
+        collateral_per_block=0.0,
+        breach_compensation=0.0,
+        collateral_held=0.0,
+    )
+
+
+def test_marginal_values_count_a_block_at_its_chance_to_survive_the_close() -> None:
+    # a block bought now fails at the close with the round's failure rate: at 0.25 it is worth
+    # 3/4 of its value x reliability (45 x 0.8 x 0.75 = 27, 15 x 0.8 x 0.75 = 9)
+    late = job("late", 2, 45.0, 3, partial=True)
+    early = job("early", 1, 15.0, 1, partial=True)
+    obs = bidder_obs(jobs=(late, early), reliability=0.8, delivery=risk(0.25))
+    assert marginal_values(obs) == pytest.approx([9.0, 9.0, 9.0])
+    assert marginal_values(bidder_obs(jobs=(late,), reliability=0.8, delivery=risk(0.25))) == (
+        pytest.approx([27.0, 27.0])
+    )
+    # no risk, no discount: the same values as without a delivery view
+    assert marginal_values(bidder_obs(jobs=(late,), delivery=risk(0.0))) == [45.0, 45.0]
+    # a block certain to fail is worth nothing
+    assert marginal_values(bidder_obs(jobs=(late,), delivery=risk(1.0))) == [0.0, 0.0]
+
+
+def test_truthful_bids_net_of_failure_risk() -> None:
+    """truthful's bid is its values times the survival chance, the same rule as the helper."""
+    late = job("late", 2, 45.0, 3, partial=True)
+    bid = make_agent("truthful").act(bidder_obs(jobs=(late,), delivery=risk(0.5)))
+    assert isinstance(bid, Bid) and bid.bids == pytest.approx([22.5, 22.5])
 
 
 def test_marginal_values_skip_all_or_nothing_jobs_that_cannot_finish() -> None:
