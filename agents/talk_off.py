@@ -7,7 +7,7 @@ the inner agent never sees those turns, its memory holds no talk it did not make
 that counts on its own sales, say, bids as if it had made none). Every other turn (bidding,
 design, the end of the episode) goes to the inner agent unchanged, with the same observation
 and the same seeded generator, so the twin differs from its agent only in not negotiating.
-It is how the negotiation report (:mod:`market.run.negotiation_report`) measures the value of
+It is how the negotiation report (:mod:`market.review.negotiation_report`) measures the value of
 talk: an agent's return minus its twin's, on the same seeds.
 
 The spec is ``talk_off:`` followed by any agent spec, parameters included

@@ -35,9 +35,9 @@ _API: dict[str, tuple[str, str]] = {
     "env": ("market.environment", "env"),
     "raw_env": ("market.environment", "raw_env"),
     "parallel_env": ("market.environment", "parallel_env"),
-    "replay": ("market.record.replay", "replay"),
+    "replay": ("market.review.replay", "replay"),
     "evaluate": ("market.run.evaluation", "evaluate"),
-    "compare_mechanisms": ("market.run.mechanism_comparison", "evaluate_mechanisms"),
+    "compare_mechanisms": ("market.review.mechanism_comparison", "evaluate_mechanisms"),
     "run_episode": ("market.run.rollout", "run_episode"),
     "run_scenario": ("market.run.runner", "run_scenario"),
     "run_tournament": ("market.run.tournament", "run_tournament"),
@@ -47,9 +47,9 @@ _API: dict[str, tuple[str, str]] = {
 if TYPE_CHECKING:  # the same names, for type checkers and IDEs
     from market.core.mechanisms import clear
     from market.environment import env, parallel_env, raw_env
-    from market.record.replay import replay
+    from market.review.mechanism_comparison import evaluate_mechanisms as compare_mechanisms
+    from market.review.replay import replay
     from market.run.evaluation import evaluate
-    from market.run.mechanism_comparison import evaluate_mechanisms as compare_mechanisms
     from market.run.rollout import run_episode
     from market.run.runner import run_scenario
     from market.run.tournament import TournamentConfig, run_tournament

@@ -1,6 +1,7 @@
 """The house rules of the layout (docs/design.md, section 10), read off the source with ``ast``.
 
 * no import cycle anywhere, except among the modules of ``market/environment/``;
+* between rooms, only the arrows of :data:`ROOM_ARROWS` (a room imports only rooms below it);
 * ``market/core`` imports nothing of the project but itself;
 * ``agents`` imports only ``market.core``, the public names of ``market.environment`` and itself;
 * nobody imports a private (``_name``) of another module;
@@ -29,6 +30,34 @@ PACKAGES = ("market", "agents", "scenarios")
 DESIGN = ROOT / "docs" / "design.md"
 MAX_LINES = 600
 ENV_MAX_LINES = 450
+# the room map (docs/design.md, section 10): room -> the rooms it may import. A room is a
+# top-level package, or a package of ``market``; ``market`` is the package's own __init__ (its
+# scripting API, loaded on first use). Every room may import itself and ``market.version``.
+BELOW_AGENTS = ("market.core", "scenarios", "market.environment")
+BELOW_RECORD = (*BELOW_AGENTS, "agents")
+ROOM_ARROWS: dict[str, tuple[str, ...]] = {
+    "market.core": (),
+    "scenarios": ("market.core",),
+    "market.environment": ("market.core", "scenarios"),
+    "agents": BELOW_AGENTS,
+    "market.record": BELOW_RECORD,
+    "market.run": (*BELOW_RECORD, "market.record"),
+    "market.review": (*BELOW_RECORD, "market.record", "market.run"),
+    "market.train": (*BELOW_RECORD, "market.record", "market.run", "market.review"),
+    "market.serve": (*BELOW_RECORD, "market.record", "market.run", "market.review"),
+    "market": (*BELOW_RECORD, "market.record", "market.run", "market.review"),
+    "market.bench": (*BELOW_RECORD, "market.record", "market.run", "market.review", "market"),
+    "market.cli": (
+        *BELOW_RECORD,
+        "market.record",
+        "market.run",
+        "market.review",
+        "market.train",
+        "market.serve",
+        "market.bench",
+    ),
+    "market.__main__": ("market.cli",),
+}
 # heavy optional extras: imported inside the function that needs them, so that a base install
 # (and every command that does not use them) never pays for them
 OPTIONAL_EXTRAS = {
@@ -82,6 +111,7 @@ NOT_FOR_HELP = (
     "market.environment",
     "market.run",
     "market.record",
+    "market.review",
 )
 # what start-up must not load (checked in a fresh interpreter): the above, and what they pull in
 NOT_AT_START_UP = (
@@ -171,6 +201,30 @@ def test_no_import_cycles_outside_the_environment_room() -> None:
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph()) if len(c) > 1]
     allowed = [c for c in cycles if all(m.startswith("market.environment") for m in c)]
     assert [c for c in cycles if c not in allowed] == []
+
+
+def room_of(module: str) -> str:
+    """``market.run.rollout`` -> ``market.run``; ``agents.llm.agent`` -> ``agents``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "market" and len(parts) > 1 else parts[0]
+
+
+def test_rooms_import_only_the_rooms_below_them() -> None:
+    """Every arrow between rooms is in :data:`ROOM_ARROWS`, so the rooms form no cycle: the
+    transcript format (``market.record``) sits below the episode driver (``market.run``), and
+    replay and the reports that read transcripts back (``market.review``) above it."""
+    rooms = {room_of(m) for m in modules()}
+    assert rooms - {"market.version"} == set(ROOM_ARROWS), "add the room to ROOM_ARROWS"
+    wrong = sorted(
+        (m, t)
+        for m, t in graph().edges
+        if room_of(m) != room_of(t)
+        and room_of(t) != "market.version"
+        and room_of(t) not in ROOM_ARROWS[room_of(m)]
+    )
+    assert wrong == []
+    arrows = nx.DiGraph([(room, below) for room, belows in ROOM_ARROWS.items() for below in belows])
+    assert nx.is_directed_acyclic_graph(arrows)
 
 
 def test_core_imports_only_itself() -> None:

@@ -26,7 +26,7 @@ rationale (so it reaches the transcript).
 
 :func:`make_judge` builds a judge from a spec: ``"rule"`` (:class:`market.core.judge.RuleJudge`)
 or ``"llm:openai?model=NAME&base_url=URL"``. Recorded verdicts replay from the transcript
-(``market.record.replay``), never from this cache.
+(``market.review.replay``), never from this cache.
 """
 
 from __future__ import annotations

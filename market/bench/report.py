@@ -1,4 +1,4 @@
-"""Benchmark of the run report (:mod:`market.record.report.run_page`): the seconds and megabytes
+"""Benchmark of the run report (:mod:`market.review.report.run_page`): the seconds and megabytes
 of ``report.html`` for N synthetic episodes.
 
 The rows are synthetic but shaped like ``market_round``'s (:data:`market.run.runner.ROW_KEYS`:
@@ -18,7 +18,7 @@ import numpy as np
 
 from market.bench.config import BenchConfig, SectionResult, metric
 from market.core.seats import DESIGNER, bidder_seat
-from market.record.report.run_page import build_run_report
+from market.review.report.run_page import build_run_report
 
 #: the report targets of a large run (docs/running.md): 3,000 episodes in at most 5 MB and 2 s
 TARGET_EPISODES, TARGET_MB, TARGET_SECONDS = 3000, 5.0, 2.0

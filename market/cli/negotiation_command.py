@@ -10,9 +10,9 @@ from rich.table import Table
 
 from market.cli.flags import DEFAULT_SEEDS, parse_seeds, parse_specs
 from market.record.console import terminal_console
+from market.review.negotiation_report import DEFAULT_SEEDS as REPORT_SEEDS
+from market.review.negotiation_report import SEAT, negotiation_report
 from market.run.jobs import RunConfigError, RunInterrupted
-from market.run.negotiation_report import DEFAULT_SEEDS as REPORT_SEEDS
-from market.run.negotiation_report import SEAT, negotiation_report
 
 
 def cmd_negotiation(args: argparse.Namespace) -> int:

@@ -9,11 +9,11 @@ import sys
 
 from market.cli.flags import one_line
 from market.record.console import terminal_console
-from market.record.replay_cli import run_cli
-from market.record.report import write_episode_page, write_report, write_run_report
 from market.record.terminal import terminal_text
 from market.record.transcript import TranscriptError
-from market.record.viewer import render_transcript
+from market.review.replay_cli import run_cli
+from market.review.report import write_episode_page, write_report, write_run_report
+from market.review.viewer import render_transcript
 from market.train import rl_train
 
 

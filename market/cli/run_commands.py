@@ -24,8 +24,9 @@ from market.cli.flags import one_line, parse_seeds, parse_specs
 from market.cli.leaderboard_command import cmd_leaderboard, wants_leaderboard
 from market.cli.negotiation_command import cmd_negotiation
 from market.record.console import terminal_console
-from market.record.report import write_run_report
-from market.record.report.run_page import files_in
+from market.review.mechanism_comparison import METRICS, evaluate_mechanisms
+from market.review.report import write_run_report
+from market.review.report.run_page import files_in
 from market.run.async_runner import given_llm_flags, llm_options
 from market.run.conduct_table import CONDUCT_HEADERS
 from market.run.evaluation import USAGE_COLUMNS, evaluate
@@ -39,7 +40,6 @@ from market.run.health import (
     strict_failures,
 )
 from market.run.jobs import RunConfigError, RunInterrupted, default_workers
-from market.run.mechanism_comparison import METRICS, evaluate_mechanisms
 from market.run.rollout import mean_ci95
 from market.run.runner import run_scenario, summarise_rows
 from market.run.tournament import (

@@ -509,3 +509,30 @@ def rewrite(path: str | Path, records: list[dict[str, Any]]) -> Path:
         writer.close()
     os.replace(tmp, path)
     return path
+
+
+def first_difference(expected: Any, actual: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """(path, expected, actual) of the first difference between two JSON values, or None.
+
+    Strict: types must match and floats must be equal by ``repr`` (so -0.0 != 0.0, NaN == NaN).
+    """
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(set(expected) | set(actual)):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in expected or key not in actual:
+                return sub, expected.get(key, "<absent>"), actual.get(key, "<absent>")
+            diff = first_difference(expected[key], actual[key], sub)
+            if diff is not None:
+                return diff
+        return None
+    if isinstance(expected, list) and isinstance(actual, list):
+        for k, (e, a) in enumerate(zip(expected, actual, strict=False)):
+            diff = first_difference(e, a, f"{path}[{k}]")
+            if diff is not None:
+                return diff
+        if len(expected) != len(actual):
+            return f"{path} (length)", len(expected), len(actual)
+        return None
+    if type(expected) is not type(actual) or repr(expected) != repr(actual):
+        return path or "(value)", expected, actual
+    return None

@@ -1,2 +1,2 @@
 """Running episodes: one episode (rollout), many (runner, the async and Ray backends),
-evaluation, mechanism comparison and tournaments."""
+evaluation and tournaments (the reports built from them are ``market.review``)."""

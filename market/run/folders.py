@@ -24,7 +24,7 @@ from agents.registry import AgentSpecError, make_agent
 from agents.specs_redact import redact_spec
 from market.core.scenario_schema import RUN_ONLY_KEYS, Scenario
 from market.core.seats import DESIGNER
-from market.record.replay import first_difference
+from market.record.writer import first_difference
 from market.run.agent_code import agents_code, describe_code_change
 from market.run.jobs import EpisodeJob, EpisodeLines, RunConfigError, episode_lines, json_line
 from market.run.rollout import resolve_seats, with_agent_timeout
@@ -241,7 +241,7 @@ def _load(folder: RunFolder, fresh: bool) -> None:
             for path in tdir.glob("*.jsonl"):
                 if path.stem.lstrip("-").isdigit():
                     path.unlink()
-        pages = out / "episodes"  # the run report's episode pages (market.record.report.run_page)
+        pages = out / "episodes"  # the run report's episode pages (market.review.report.run_page)
         if pages.is_dir():
             for path in pages.glob("*.html"):
                 if path.stem.lstrip("-").isdigit():

@@ -237,7 +237,7 @@ def from_matches(records: Iterable[Mapping[str, Any]]) -> list[SeatHealth]:
 
 
 def from_episodes(episodes: Sequence[Any]) -> list[SeatHealth]:
-    """Per-seat health of transcripts (:class:`market.record.report.Episode`): live steps are decisions,
+    """Per-seat health of transcripts (:class:`market.review.report.Episode`): live steps are decisions,
     a step's ``agent_error`` is an error or a timeout, an LLM exchange marked ``fallback`` is the
     agent's own fallback, its attempts after the first are repairs, its replies with
     ``finish_reason`` ``"length"`` cut-offs and a non-empty ``degraded`` a degraded decision."""

@@ -1,4 +1,4 @@
-"""The negotiation report's figures (:mod:`market.run.negotiation_report`): each a paired
+"""The negotiation report's figures (:mod:`market.review.negotiation_report`): each a paired
 difference over seeds (:func:`paired`), read from the cells' rows, round logs and tallies, per
 scenario (:func:`scenario_figures`). docs/negotiation.md defines every figure.
 """

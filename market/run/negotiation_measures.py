@@ -1,4 +1,4 @@
-"""What one episode of the negotiation report measures (:mod:`market.run.negotiation_report`):
+"""What one episode of the negotiation report measures (:mod:`market.review.negotiation_report`):
 the first-best welfare of its jobs and supply (:func:`first_best`), what only the play shows
 (:class:`Tally`: offers, trades and their prices, forward contracts, coalitions, pitches,
 reputation), and the counts a round log holds (breaches, defaults, cascades, judge grants).

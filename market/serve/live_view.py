@@ -7,7 +7,7 @@ Two routes join the served-matches app (:func:`live_router`):
   event is one JSON snapshot with a rising ``seq``: status, round, phase, steps, the mechanism of
   the last cleared round, each seat's cumulative reward, the seats waited for, timeouts, the
   returns once done, and ``html``: the episode drawn by the static report's own renderer
-  (:func:`market.record.report.page.episode_section`, so report and live view share their tables
+  (:func:`market.review.report.page.episode_section`, so report and live view share their tables
   and plots). The stream ends with one ``end`` event when the match is no longer running.
 
 The rule of what a spectator sees: exactly what the spectator endpoint shows, plus each step's
@@ -50,10 +50,10 @@ from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, StreamingResponse
 
 from market.record.reader import Transcript, read_transcript
-from market.record.report.episode import Episode, Event, as_mapping, event_of, round_of
-from market.record.report.markup import clean_text
-from market.record.report.page import CSS, episode_section
 from market.record.schema import TranscriptError
+from market.review.report.episode import Episode, Event, as_mapping, event_of, round_of
+from market.review.report.markup import clean_text
+from market.review.report.page import CSS, episode_section
 from market.serve.matches import Match, MatchRegistry
 
 MatchId = Annotated[str, PathParam(pattern=r"^[0-9a-f]{16}$", description="the match id")]

@@ -18,8 +18,8 @@ from agents.llm.agent import LLMAgent
 from agents.registry import make_agent
 from market.core.actions import ActionParseError
 from market.core.seats import DESIGNER
-from market.record.replay import scenario_of
 from market.record.transcript import Transcript, TranscriptError, parse_transcript
+from market.review.replay import scenario_of
 from market.run.rollout import default_seats, fallback_action
 from market.train.replayer import Replayer
 

@@ -9,8 +9,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from market.record.replay import obs_digest, rebuild_env
-from market.record.replay import transcript_files as replay_files
 from market.record.transcript import (
     StepEvent,
     Transcript,
@@ -18,6 +16,8 @@ from market.record.transcript import (
     decode_action,
     read_transcript,
 )
+from market.review.replay import obs_digest, rebuild_env
+from market.review.replay import transcript_files as replay_files
 
 
 def transcript_files(sources: Iterable[str | Path]) -> list[Path]:
@@ -46,7 +46,7 @@ def load_transcript(path: str | Path, partial: bool = False) -> Transcript:
 
 
 class Replayer:
-    """A fresh env stepped through a transcript's recorded actions, by :mod:`market.record.replay`'s
+    """A fresh env stepped through a transcript's recorded actions, by :mod:`market.review.replay`'s
     rules (the header's resolved scenario, the recorded seed, an LLM judge's recorded verdicts),
     checking the seat, round, phase, observation digest and state digest of every step."""
 

@@ -40,7 +40,7 @@ from market.core.conduct import RUBRIC_VERSION
 from market.core.trust import UNTRUSTED_RULE
 from market.environment.aec import raw_env
 from market.record.reader import read_transcript
-from market.record.replay import replay
+from market.review.replay import replay
 from market.run.rollout import run_episode
 
 MODEL = "fake-reader"

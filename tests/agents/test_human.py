@@ -26,8 +26,8 @@ from agents.registry import make_agent
 from market.cli.play_command import play_episode
 from market.core.actions import ActionModel, Bid, SendMessage, SendOffer, SetMechanism, Wait
 from market.environment.aec import raw_env
-from market.record.replay import replay
 from market.record.transcript import read_transcript
+from market.review.replay import replay
 from market.run.rollout import resolve_seats, run_episode
 from market.train.training_data import export_sft
 from scenarios import load_scenario

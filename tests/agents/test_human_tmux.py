@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from market.record.replay import replay
 from market.record.transcript import read_transcript
+from market.review.replay import replay
 
 ROOT = Path(__file__).resolve().parents[2]
 REFUSED = '{"action_type": "accept_offer", "offer_id": "o9"}'

@@ -422,7 +422,7 @@ def test_no_api_key_or_authorization_header_reaches_transcript_log_or_report(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from market.record.report import write_report
+    from market.review.report import write_report
     from market.run.runner import run_scenario
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)

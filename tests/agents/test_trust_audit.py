@@ -129,7 +129,7 @@ class _DeafReader:
 
 
 def test_rejudging_with_another_reader_replays_the_audited_market(tmp_path: Any) -> None:
-    from market.record.replay import replay
+    from market.review.replay import replay
     from market.run.rollout import run_episode
 
     path = tmp_path / "liar.jsonl"

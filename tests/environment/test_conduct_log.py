@@ -17,8 +17,8 @@ from market.core.conduct import ManipulationFlag, PublicFacts, Source
 from market.core.conduct.reading import RuleReader, TextReading
 from market.environment.aec import raw_env
 from market.record.reader import read_transcript
-from market.record.replay import rejudge, replay
 from market.record.writer import rewrite
+from market.review.replay import rejudge, replay
 from market.run.rollout import default_seats, run_episode
 
 WAIT = {"action_type": "wait"}

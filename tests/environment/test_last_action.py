@@ -10,7 +10,7 @@ from agents.remote import RemoteAgent
 from market.environment.aec import raw_env
 from market.environment.observations import FEEDBACK_FIELDS, Observation
 from market.environment.parallel import ParallelMarketEnv
-from market.record.replay import obs_digest
+from market.review.replay import obs_digest
 
 
 def to_turn(env: raw_env, seat: str) -> Observation:

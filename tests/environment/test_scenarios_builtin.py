@@ -12,7 +12,7 @@ import pytest
 
 from market.core.scenario_schema import SHOCK_KINDS
 from market.environment.aec import raw_env
-from market.run.mechanism_comparison import ROBUST
+from market.review.mechanism_comparison import ROBUST
 from market.run.rollout import default_seats, run_episode
 from scenarios import builtin_names, load_scenario
 

@@ -24,9 +24,9 @@ from real_model_utils import free_port
 import market
 from agents.specs_redact import redact_spec, redact_text
 from market.cli import main
-from market.record.replay import rerecord
 from market.record.transcript import read_transcript, records_of, rewrite
 from market.record.writer import write_private
+from market.review.replay import rerecord
 from market.run.rollout import run_episode
 from market.run.runner import run_scenario
 from scenarios import ScenarioError, load_scenario

@@ -13,8 +13,8 @@ import pytest
 from agents.base import BaseAgent
 from agents.registry import registered
 from market.cli import main as cli
-from market.record.replay import builtin_drift, rejudge, replay, rerecord, transcript_files
 from market.record.transcript import TranscriptError, read_transcript, records_of, rewrite
+from market.review.replay import builtin_drift, rejudge, replay, rerecord, transcript_files
 from market.run.rollout import run_episode
 from scenarios import builtin_names, load_scenario
 

@@ -31,7 +31,8 @@ from agents.base import BaseAgent
 from agents.registry import make_agent
 from market.cli import main as cli_main
 from market.core.actions import ActionModel, MakePitch, SendMessage
-from market.record.report import (
+from market.record.transcript import read_transcript, records_of, rewrite
+from market.review.report import (
     EDGE_KINDS,
     Safe,
     build_report,
@@ -43,7 +44,6 @@ from market.record.report import (
     load_episodes,
     write_report,
 )
-from market.record.transcript import read_transcript, records_of, rewrite
 from market.run.rollout import run_episode
 
 CHROMIUM = Path("/usr/bin/chromium")

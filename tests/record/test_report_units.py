@@ -8,8 +8,8 @@ import html
 import re
 from pathlib import Path
 
-from market.record.report import build_report, episode_from, write_run_report
-from market.record.report.run_page import build_run_report, read_rows
+from market.review.report import build_report, episode_from, write_run_report
+from market.review.report.run_page import build_run_report, read_rows
 from market.run.runner import run_scenario
 from scenarios import load_scenario
 

@@ -25,7 +25,7 @@ import pytest
 from market.bench.config import quick_config
 from market.bench.report import section_report, synthetic_rows
 from market.cli import main as cli
-from market.record.report import (
+from market.review.report import (
     build_report,
     build_run_report,
     episode_from,
@@ -33,7 +33,7 @@ from market.record.report import (
     sample_seeds,
     write_run_report,
 )
-from market.record.report.run_page import EpisodeRow, episode_rows, read_rows
+from market.review.report.run_page import EpisodeRow, episode_rows, read_rows
 from market.run.rollout import run_episode
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -335,7 +335,7 @@ def test_sampled_pages_written_by_several_workers_are_the_ones_one_process_write
         # page's writer notes its process id (forked pool workers inherit the wrapper)
         pids = tmp_path / f"pids{workers}.txt"
         code = (
-            "import os, sys; from market.record.report import run_page as rp; "
+            "import os, sys; from market.review.report import run_page as rp; "
             "rp.POOL_AFTER_S = 0.0; write = rp.write_episode_page\n"
             "def noted(*a):\n"
             f"    open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); return write(*a)\n"

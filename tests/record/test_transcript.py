@@ -332,7 +332,7 @@ class _Odd(BaseAgent):
 
 
 def test_odd_actions_record_and_replay(tmp_path: Path) -> None:
-    from market.record.replay import replay
+    from market.review.replay import replay
 
     kinds: set[str] = set()
     for seed in range(3):
@@ -347,7 +347,7 @@ def test_odd_actions_record_and_replay(tmp_path: Path) -> None:
 
 
 def test_digest_every(tmp_path: Path) -> None:
-    from market.record.replay import replay
+    from market.review.replay import replay
 
     path = tmp_path / "sparse.jsonl"
     result = run_episode("market_round", 3, transcript=path, digest_every=7)

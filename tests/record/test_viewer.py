@@ -12,9 +12,9 @@ from test_report import PAYLOADS, poisoned_copy, record
 
 from market.cli import main as cli_main
 from market.record.reader import Transcript, read_transcript
-from market.record.report import Episode, Event
 from market.record.schema import Header, RoundSummary, SeatSpec, StepEvent
-from market.record.viewer import render_transcript, safe_text
+from market.review.report import Episode, Event
+from market.review.viewer import render_transcript, safe_text
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,9 @@ from agents.llm.backends.base import Completion
 from agents.scripted import TruthfulBidder
 from market.cli import main as cli
 from market.core.actions import Bid, Wait
-from market.record.replay import builtin_drift, replay
-from market.record.report import COMPONENT_COLORS, PALETTE, load_episodes, write_report
 from market.record.transcript import read_transcript
+from market.review.replay import builtin_drift, replay
+from market.review.report import COMPONENT_COLORS, PALETTE, load_episodes, write_report
 from market.run.health import STRICT_EXIT, from_episodes, from_rows, judge_counts, parse_share
 from market.run.rollout import arun_episode, run_concurrent, run_episode
 from market.run.runner import episode_rows, read_results, run_scenario

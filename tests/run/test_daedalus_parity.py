@@ -12,7 +12,7 @@ import pytest
 import market
 from agents.registry import make_agent
 from market.core.seats import DESIGNER
-from market.run.mechanism_comparison import PARITY_CANDIDATES, evaluate_mechanisms
+from market.review.mechanism_comparison import PARITY_CANDIDATES, evaluate_mechanisms
 
 SEEDS = range(30)
 

@@ -17,8 +17,8 @@ from agents.base import BaseAgent
 from market.cli import main as cli
 from market.core.actions import Bid, Wait
 from market.environment.aec import raw_env
+from market.review.mechanism_comparison import ROBUST, evaluate_mechanisms
 from market.run.evaluation import Cell, EvalTable, evaluate
-from market.run.mechanism_comparison import ROBUST, evaluate_mechanisms
 from market.run.rollout import mean_ci95, run_episode
 from scenarios import load_scenario
 

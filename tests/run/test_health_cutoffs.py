@@ -16,8 +16,8 @@ from agents.llm.agent import LLMAgent
 from agents.llm.backends.base import Completion
 from agents.llm.conversation import note_completion
 from market.cli import main as cli
-from market.record.report import load_episodes, write_report
 from market.record.transcript import read_transcript
+from market.review.report import load_episodes, write_report
 from market.run.health import (
     STRICT_EXIT,
     SeatHealth,

@@ -13,7 +13,7 @@ from agents.base import BaseAgent
 from market.cli import main as cli
 from market.core.actions import ActionModel, AllocateToJob
 from market.environment import Observation
-from market.record.report import load_episodes
+from market.review.report import load_episodes
 from market.run.health import STRICT_EXIT, from_episodes, from_rows, print_health, strict_failures
 
 

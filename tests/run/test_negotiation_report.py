@@ -15,7 +15,7 @@ import pytest
 from agents.registry import AgentSpecError, make_agent
 from agents.spec_policy import SpecPolicy, SpecRefused
 from agents.talk_off import TalkOffAgent, inner_spec
-from market.run.negotiation_report import (
+from market.review.negotiation_report import (
     first_best,
     negotiation_report,
     paired,

@@ -59,7 +59,7 @@ def test_batch_size_spreads_work_and_is_bounded() -> None:
 
 
 def test_private_ray_gives_the_local_results_and_ships_transcripts(tmp_path: Path) -> None:
-    from market.record.replay import replay
+    from market.review.replay import replay
 
     seeds = range(10)
     on_ray = run_scenario(
@@ -227,7 +227,7 @@ def run_case(case: str, out: Path) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_two_node_cluster_evaluation_and_tournament_match_the_local_backend(tmp_path: Path) -> None:
-    from market.record.replay import replay
+    from market.review.replay import replay
 
     report = run_case("eval", tmp_path / "cluster")
     assert report["nodes"] == 2

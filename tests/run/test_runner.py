@@ -21,7 +21,7 @@ from market.cli import EXAMPLES
 from market.cli import main as cli
 from market.environment.aec import raw_env
 from market.record.reader import read_transcript
-from market.record.replay import replay
+from market.review.replay import replay
 from market.run.folders import RESULTS, ROUNDS
 from market.run.rollout import run_episode
 from market.run.runner import (

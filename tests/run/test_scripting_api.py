@@ -11,9 +11,9 @@ import pytest
 
 import market
 from market.core.mechanisms import clear
-from market.record.replay import replay
+from market.review.mechanism_comparison import evaluate_mechanisms
+from market.review.replay import replay
 from market.run.evaluation import evaluate
-from market.run.mechanism_comparison import evaluate_mechanisms
 from market.run.rollout import run_episode
 from market.run.runner import run_scenario
 from market.run.tournament import run_tournament

@@ -34,7 +34,7 @@ from devtools import CHROMIUM, Page, browser
 from match_support import auth, create, served, wait_done
 
 from market.record.reader import read_transcript
-from market.record.replay import replay
+from market.review.replay import replay
 
 PAYLOAD = (
     "<img src=x onerror=\"document.title='PWNED';window.__pwned=1\"> "

@@ -27,8 +27,8 @@ from agents.registry import make_agent
 from market.core.actions import ActionModel, SendMessage
 from market.environment import Observation
 from market.record.reader import read_transcript
-from market.record.report import Episode
-from market.record.report.page import episode_section
+from market.review.report import Episode
+from market.review.report.page import episode_section
 from market.run.rollout import run_episode
 from market.serve.live_view import PRIVATE_TEXT, SEALED, public_steps
 from market.serve.matches import MatchConfig, MatchRegistry

@@ -29,7 +29,7 @@ from match_support import (
 from agents.registry import make_agent
 from market.environment.aec import raw_env
 from market.record.reader import read_transcript
-from market.record.replay import replay
+from market.review.replay import replay
 from market.run.rollout import run_episode
 
 

@@ -23,7 +23,7 @@ from schemathesis.checks import not_a_server_error
 from agents.registry import make_agent
 from market.environment import Observation
 from market.record.reader import read_transcript
-from market.record.replay import replay
+from market.review.replay import replay
 
 pytestmark = pytest.mark.slow
 

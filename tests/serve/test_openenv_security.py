@@ -46,7 +46,7 @@ from agents.registry import make_agent  # noqa: E402
 from agents.spec_policy import SpecPolicy  # noqa: E402
 from market.core.actions import Bid, Wait  # noqa: E402
 from market.environment.observations import Observation as SeatObservation  # noqa: E402
-from market.record.replay import replay  # noqa: E402
+from market.review.replay import replay  # noqa: E402
 from market.run.rollout import run_episode  # noqa: E402
 from market.serve.openenv_app import OpenEnvServer, create_market_app  # noqa: E402
 from market.serve.openenv_client import MarketEnvClient  # noqa: E402

@@ -29,7 +29,7 @@ from market.cli.parser import build_parser
 from market.core.rng import RngStreams
 from market.environment.aec import raw_env
 from market.record.reader import read_transcript
-from market.record.replay import replay
+from market.review.replay import replay
 from market.run.rollout import arun_episode, run_episode
 from market.serve import matches
 

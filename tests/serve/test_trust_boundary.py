@@ -29,8 +29,8 @@ from match_support import served, served_app  # noqa: E402
 from agents.spec_policy import SpecPolicy, SpecRefused  # noqa: E402
 from market.cli import main as cli  # noqa: E402
 from market.core.actions import ActionParseError, parse_action  # noqa: E402
-from market.record.replay import replay  # noqa: E402
 from market.record.transcript import read_transcript  # noqa: E402
+from market.review.replay import replay  # noqa: E402
 from market.run.rollout import run_episode  # noqa: E402
 from market.serve.http_protocol import protocol_class  # noqa: E402
 from market.serve.match_app import create_app  # noqa: E402

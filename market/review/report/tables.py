@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from market.record.report.episode import (
+from market.review.report.episode import (
     Episode,
     Event,
     as_float,
@@ -17,7 +17,7 @@ from market.record.report.episode import (
     text_of,
     token_count,
 )
-from market.record.report.markup import (
+from market.review.report.markup import (
     Safe,
     clean_text,
     clip,
@@ -29,7 +29,7 @@ from market.record.report.markup import (
     preformatted,
     short_text,
 )
-from market.record.report.views import (
+from market.review.report.views import (
     action_summary,
     axis_unit,
     conduct_text,

@@ -24,7 +24,8 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from market.record.report import (
+from market.record.terminal import terminal_text
+from market.review.report import (
     CONDUCT_COLUMNS,
     EDGE_KINDS,
     Episode,
@@ -42,7 +43,6 @@ from market.record.report import (
     round_components,
     seat_sort_key,
 )
-from market.record.terminal import terminal_text
 
 
 def safe_text(value: Any, style: str = "", limit: int | None = None) -> Text:
@@ -374,7 +374,7 @@ def render_transcript(
     """Print a transcript round by round (or only round ``round``); returns the parsed episode.
 
     ``path_or_obj``: a transcript path, the reader's :class:`~market.record.reader.Transcript` or
-    an :class:`~market.record.report.Episode`. ``steps=False`` leaves out each round's list of actions.
+    an :class:`~market.review.report.Episode`. ``steps=False`` leaves out each round's list of actions.
     """
     console = console or Console()
     ep = episode_from(path_or_obj)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from market.core.seats import bidder_seat
-from market.record.report.episode import (
+from market.review.report.episode import (
     Episode,
     Event,
     as_mapping,
@@ -17,7 +17,7 @@ from market.record.report.episode import (
     seat_sort_key,
     text_of,
 )
-from market.record.report.markup import clean_text, clip, fmt, short_text
+from market.review.report.markup import clean_text, clip, fmt, short_text
 
 # --- reward units --------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ each seat's return, its flags (decisions that fell back, agent errors, timeouts,
 actions) and a link to its page.
 
 An episode's page (``episodes/<seed>.html``) is the single-transcript page of
-:func:`market.record.report.page.build_report` (seats, plots, graph, every round and step).
+:func:`market.review.report.page.build_report` (seats, plots, graph, every round and step).
 Pages are written for a sample of episodes (:func:`sample_seeds`):
 
 - the first :data:`FIRST` seeds of the run (in seed order);
@@ -40,17 +40,17 @@ from pathlib import Path
 from typing import Any
 
 from agents.specs_redact import redact_spec
-from market.record.report.episode import episode_from, seat_sort_key
-from market.record.report.markup import Safe, clip, fmt, h, html_table, join
-from market.record.report.page import (
+from market.review.report.episode import episode_from, seat_sort_key
+from market.review.report.markup import Safe, clip, fmt, h, html_table, join
+from market.review.report.page import (
     CSS,
     build_report,
     content_security_policy,
     health_box,
     units_note,
 )
-from market.record.report.plots import Series, bar_chart, line_chart
-from market.record.report.views import axis_unit
+from market.review.report.plots import Series, bar_chart, line_chart
+from market.review.report.views import axis_unit
 from market.run.conduct_table import CONDUCT_HEADERS, conduct_cells, summarize
 from market.run.health import from_rows
 from market.run.rollout import mean_ci95

@@ -25,7 +25,7 @@ sample of episodes, :func:`write_run_report`).
 
 from __future__ import annotations
 
-from market.record.report.episode import (
+from market.review.report.episode import (
     Episode,
     Event,
     as_float,
@@ -41,7 +41,7 @@ from market.record.report.episode import (
     token_count,
     transcript_paths,
 )
-from market.record.report.markup import (
+from market.review.report.markup import (
     TEXT_LIMIT,
     Safe,
     clean_text,
@@ -55,7 +55,7 @@ from market.record.report.markup import (
     preformatted,
     short_text,
 )
-from market.record.report.page import (
+from market.review.report.page import (
     CSS,
     TITLE,
     build_report,
@@ -64,7 +64,7 @@ from market.record.report.page import (
     health_box,
     write_report,
 )
-from market.record.report.plots import (
+from market.review.report.plots import (
     COMPONENT_COLORS,
     EDGE_COLORS,
     GRAPH_NODES,
@@ -75,7 +75,7 @@ from market.record.report.plots import (
     graph_svg,
     line_chart,
 )
-from market.record.report.run_page import (
+from market.review.report.run_page import (
     RunReport,
     build_run_report,
     episode_command,
@@ -84,11 +84,11 @@ from market.record.report.run_page import (
     write_episode_page,
     write_run_report,
 )
-from market.record.report.tables import (
+from market.review.report.tables import (
     events_table,
     round_section,
 )
-from market.record.report.views import (
+from market.review.report.views import (
     CONDUCT_COLUMNS,
     EDGE_KINDS,
     action_summary,

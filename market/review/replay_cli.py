@@ -15,7 +15,9 @@ from rich.table import Table
 from market.record.console import terminal_console
 from market.record.reader import read_transcript
 from market.record.recorded import print_conduct_rejudge
-from market.record.replay import (
+from market.record.schema import TranscriptError
+from market.record.terminal import terminal_text
+from market.review.replay import (
     RejudgeReport,
     builtin_drift,
     rejudge,
@@ -23,8 +25,6 @@ from market.record.replay import (
     rerecord,
     transcript_files,
 )
-from market.record.schema import TranscriptError
-from market.record.terminal import terminal_text
 
 
 def run_cli(args: Any) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER, is_bidder_seat
-from market.record.report import CSS, Safe, bar_chart, content_security_policy, h
+from market.review.report import CSS, Safe, bar_chart, content_security_policy, h
 from market.run.evaluation import csv_value, folder_health, md_cell, seed_text, slug
 from market.run.folders import RunFolder, check_seats, open_folder
 from market.run.health import SeatHealth

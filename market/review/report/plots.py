@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from market.record.report.episode import seat_sort_key
-from market.record.report.markup import Safe, clip, fmt, h
-from market.record.report.views import EDGE_KINDS
+from market.review.report.episode import seat_sort_key
+from market.review.report.markup import Safe, clip, fmt, h
+from market.review.report.views import EDGE_KINDS
 
 # --- SVG plots ---------------------------------------------------------------------------
 

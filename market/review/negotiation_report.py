@@ -35,7 +35,7 @@ from agents.registry import REGISTRY
 from agents.talk_off import PREFIX as TALK_OFF
 from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER
-from market.record.report.markup import h
+from market.review.report.markup import h
 from market.run.evaluation import csv_value, md_cell, seed_text, slug
 from market.run.expert_matrix import matrix_scenarios
 from market.run.folders import RunFolder, open_folder, read_jsonl

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from market.record.report.episode import (
+from market.review.report.episode import (
     Episode,
     Event,
     as_float,
@@ -21,7 +21,7 @@ from market.record.report.episode import (
     load_episodes,
     seat_sort_key,
 )
-from market.record.report.markup import (
+from market.review.report.markup import (
     Safe,
     clean_text,
     clip,
@@ -32,9 +32,9 @@ from market.record.report.markup import (
     key_values,
     short_text,
 )
-from market.record.report.plots import Series, bar_chart, component_color, graph_svg, line_chart
-from market.record.report.tables import events_table, round_section
-from market.record.report.views import (
+from market.review.report.plots import Series, bar_chart, component_color, graph_svg, line_chart
+from market.review.report.tables import events_table, round_section
+from market.review.report.views import (
     CONDUCT_COLUMNS,
     EDGE_KINDS,
     axis_unit,

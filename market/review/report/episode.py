@@ -15,8 +15,8 @@ from typing import Any, TypeGuard
 
 from agents.specs_redact import redact_spec
 from market.record.reader import NON_FINITE, Transcript, decode_number, read_transcript
-from market.record.report.markup import clean_text
 from market.record.schema import RoundSummary, StepEvent, TranscriptError
+from market.review.report.markup import clean_text
 
 # --- the episode model -------------------------------------------------------------------
 
