@@ -371,6 +371,17 @@ class ConductLog:
             for member, given in sorted(pool.given.items()):
                 if given:
                     self._transfer(Transfer(now, bidder_seat(member), pool.coalition_id, given))
+        # a pledge is owed only to a pool that settles: one no member joined, or that dissolved,
+        # called for no block this round
+        settled = {pool.coalition_id for pool in result.pools}
+        for o in self._open:
+            p = o.promise
+            if p.every_round and p.ref and p.ref not in settled and p.round <= now <= p.due_round:
+                self._pledge_excused.setdefault(
+                    (p.seat, p.ref),
+                    f"pledge to {p.ref} not called in round {now}: its pool did not settle "
+                    "(no member joined, or it dissolved)",
+                )
         verdicts: list[Entry] = []
         self._settle(None, now + 1, verdicts)
         self.rounds.append({"verdicts": verdicts, "scores": self.score_dicts()})

@@ -287,18 +287,18 @@ def test_a_contract_settled_early_because_the_buyer_left_is_kept() -> None:
 
 
 def test_a_pledge_short_only_by_failed_blocks_is_excused() -> None:
-    """coalition_market seed 96, its own seats: bidder_1 pledged a block to pool c0 and one of
-    its blocks failed in round 2, so it gave one block less (a pledge default, compensated by
+    """coalition_market seed 45, its own seats: bidder_1 pledged a block to pool c1 and one of
+    its blocks failed in round 7, so it gave one block less (a pledge default, compensated by
     the pool's rule); the pledge promise is excused, not broken, as a contract shortfall that
     failed blocks explain is."""
     env = raw_env("coalition_market")
-    result = run_episode(env=env, seed=96, seats=default_seats(env.scenario))
+    result = run_episode(env=env, seed=45, seats=default_seats(env.scenario))
     defaults = [
         (r["round"], p["coalition_id"], p["defaults"]) for r in result.round_log
         for p in r["pools"] if p["defaults"]
     ]  # fmt: skip
-    assert defaults == [(2, "c0", {"bidder_1": 1})]
-    failed = [f["failed"] for r in result.round_log if r["round"] == 2 for f in r["failures"]
+    assert defaults == [(7, "c1", {"bidder_1": 1})]
+    failed = [f["failed"] for r in result.round_log if r["round"] == 7 for f in r["failures"]
               if f["seat"] == "bidder_1"]  # fmt: skip
     assert failed == [1]
     pledges = [
@@ -307,5 +307,23 @@ def test_a_pledge_short_only_by_failed_blocks_is_excused() -> None:
         and v["label"] != "kept"
     ]  # fmt: skip
     assert [v["label"] for v in pledges] == ["excused"]
-    assert "pledge 1 short in round 2" in pledges[0]["reason"]
+    assert "pledge 1 short in round 7" in pledges[0]["reason"]
     assert result.conduct["bidder_1"]["promises_broken"] == 0
+
+
+def test_a_pledge_to_a_pool_nobody_joined_is_not_broken() -> None:
+    """market_round seed 18, rule_expert in bidder_0: it proposes block pool c0 with 2 pledged
+    blocks, nobody joins, so the pool never settles and no block is called for; the pledge is
+    excused (it was judged broken, "pledge of 2 short", before), and the seat breaks nothing."""
+    env = raw_env("market_round")
+    result = run_episode(env=env, seed=18, seats={"bidder_0": "rule_expert"})
+    pool = env.coalitions.coalitions["c0"]
+    assert (pool.leader, pool.members, pool.pledges) == (0, [0], {0: 2})
+    assert all(p["coalition_id"] != "c0" for r in result.round_log for p in r["pools"])
+    pledges = [
+        v for r in env.conduct.rounds for v in r["verdicts"]
+        if v["seat"] == "bidder_0" and v["ref"] == "c0" and v["promise"] == "deliver"
+    ]  # fmt: skip
+    assert [v["label"] for v in pledges] == ["excused"]
+    assert "pledge to c0 not called in round 1" in pledges[0]["reason"]
+    assert result.conduct["bidder_0"]["promises_broken"] == 0
