@@ -373,10 +373,15 @@ class ConductLog:
                     self._transfer(Transfer(now, bidder_seat(member), pool.coalition_id, given))
         # a pledge is owed only to a pool that settles: one no member joined, or that dissolved,
         # called for no block this round
-        settled = {pool.coalition_id for pool in result.pools}
+        pools_settled = {pool.coalition_id for pool in result.pools}
         for o in self._open:
             p = o.promise
-            if p.every_round and p.ref and p.ref not in settled and p.round <= now <= p.due_round:
+            if (
+                p.every_round
+                and p.ref
+                and p.ref not in pools_settled
+                and p.round <= now <= p.due_round
+            ):
                 self._pledge_excused.setdefault(
                     (p.seat, p.ref),
                     f"pledge to {p.ref} not called in round {now}: its pool did not settle "
