@@ -398,8 +398,8 @@ def marginal_values(obs: Observation) -> list[float]:
     in deadline order: that unit's value is the job's value per block times this round's
     reliability and, where owned blocks can fail (``delivery.failure_rate``, docs/world.md), times
     the chance the block survives the round's close. Only live jobs this round's reliability can
-    run, and that :func:`can_complete`, count. A bid schedule must be non-increasing, so each unit is capped at the value of every
-    unit before it: winning ``n`` blocks at a price ``p`` at most the ``n``-th bid then never
+    run, and that :func:`can_complete`, count. A bid schedule must be non-increasing, so each
+    unit is capped at the value of every unit before it: winning ``n`` blocks at a price ``p`` at most the ``n``-th bid then never
     pays more than the blocks are worth (sorting by value instead would pay the best job's value
     for blocks that go to an earlier, cheaper job).
     """
