@@ -529,3 +529,30 @@ def test_design_citations_name_existing_sections() -> None:
         if f.name != this and "DESIGN.md" in f.read_text(encoding="utf-8")
     ]
     assert stale == []
+
+
+def test_the_market_and_the_agents_add_floats_in_order() -> None:
+    """Python 3.12's built-in ``sum`` of floats is compensated, 3.11's adds left to right: a sum
+    that reaches state, rewards, observations or a decision would differ between them and a
+    transcript recorded on one would not replay on the other (market/core/summation.py)."""
+    found = []
+    for folder in ("market/core", "market/environment", "agents"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id == "sum"
+                ):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == [], "use market.core.summation.ordered_sum (or math.fsum): " + ", ".join(found)
+
+
+def test_ordered_sum_adds_left_to_right_as_python_3_11_does() -> None:
+    from market.core.summation import ordered_sum  # noqa: PLC0415
+
+    # compensated summation gives 1.0 here; left to right, 1e16 + 1.0 rounds back to 1e16
+    assert ordered_sum([1e16, 1.0, -1e16]) == 0.0
+    assert ordered_sum([0.1, 0.2, 0.3]) == (0.1 + 0.2) + 0.3
+    assert ordered_sum([2, 3]) == 5 and isinstance(ordered_sum([2, 3]), int)
+    assert ordered_sum([]) == 0 and ordered_sum([[1], [2]], []) == [1, 2]

@@ -40,6 +40,7 @@ from agents.llm.reasoning import with_reasoning_first
 from market.core.action_checks import unit_cap
 from market.core.actions import ActionModel
 from market.core.seats import is_bidder_seat
+from market.core.summation import ordered_sum
 from market.environment import Observation
 
 #: decimals xgrammar 0.2.8 lets a number bounded on both sides have
@@ -114,9 +115,9 @@ class _Facts:
         }
         self.free = {r: int(n) for r, n in free.items() if n > 0}
         self.reserved = {self.now + k: int(n) for k, n in enumerate(reserved) if n > 0}
-        job_blocks = sum(j.size for j in obs.jobs or ())
-        self.blocks = max(1, int(obs.capacity), sum(holdings), job_blocks)
-        job_value = sum(j.value for j in obs.jobs or ())
+        job_blocks = ordered_sum(j.size for j in obs.jobs or ())
+        self.blocks = max(1, int(obs.capacity), ordered_sum(holdings), job_blocks)
+        job_value = ordered_sum(j.value for j in obs.jobs or ())
         self.price = float(math.ceil(max(1.0, self.cash, job_value)))
         self.cap = unit_cap(obs, max_units_per_bid)
         self.pool = max(
@@ -364,7 +365,7 @@ def _bound_text(variant: dict[str, Any], max_tokens: int, count: Counter) -> dic
             {"properties": {n: p for n, p in props.items() if n not in texts}}, count
         )
         # each text field: its name, quotes and separator, then its characters
-        fixed += sum(count(json.dumps(n) + ": ") + count('""') + count(", ") for n in texts)
+        fixed += ordered_sum(count(json.dumps(n) + ": ") + count('""') + count(", ") for n in texts)
         room = max_tokens - REPLY_MARGIN - fixed
         share = min(TEXT_CHARS, room // len(texts)) if texts else 0
         if not texts or share >= MIN_TEXT_CHARS:

@@ -60,6 +60,7 @@ from market.core.judge import (
 )
 from market.core.negotiation import Pitch
 from market.core.scenario_schema import JUDGE_KINDS
+from market.core.summation import ordered_sum
 from market.core.trust import UNTRUSTED_RULE, quote_untrusted
 from market.core.world import Lab
 
@@ -188,7 +189,7 @@ class LLMJudge:
             "live_jobs": jobs,
             "reputation": round(lab.reputation, 3),
             "blocks_granted_to_this_lab_before": context.past_grants.get(lab.index, 0),
-            "blocks_granted_to_all_labs_before": sum(context.past_grants.values()),
+            "blocks_granted_to_all_labs_before": ordered_sum(context.past_grants.values()),
             "false_claim_verdicts_before": context.past_false_claims.get(lab.index, 0),
             "labs_pitching_this_round": context.pitching,
             "automatic_claim_audit": [c.describe() for c in claims],

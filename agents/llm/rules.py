@@ -22,6 +22,7 @@ from market.core.penalties import (
     COALITION_EXIT_REPUTATION_LOSS,
     FALSE_CLAIM_REPUTATION_LOSS,
 )
+from market.core.summation import ordered_sum
 from market.environment import JobView, Observation, affordable, marginal_values
 
 #: jobs described one by one in the rules; the rest are counted ("... N more")
@@ -89,7 +90,7 @@ def value_runs(values: list[float]) -> str:
             runs.append([text, 1])
     shown = [f"{text} x{count}" if count > 1 else text for text, count in runs[:MAX_VALUES]]
     if len(runs) > MAX_VALUES:
-        shown.append(f"... {sum(c for _, c in runs[MAX_VALUES:])} more blocks")
+        shown.append(f"... {ordered_sum(c for _, c in runs[MAX_VALUES:])} more blocks")
     return ", then ".join(shown)
 
 

@@ -27,6 +27,7 @@ from market.core.actions import (
     Wait,
 )
 from market.core.seats import lab_index
+from market.core.summation import ordered_sum
 from market.environment import Observation, marginal_values
 
 WAIT = Wait()
@@ -41,12 +42,12 @@ def _need(obs: Observation) -> int:
     live = [
         j for j in obs.jobs or () if j.status == "active" and j.min_reliability <= obs.reliability
     ]
-    return max(0, sum(j.size - j.progress for j in live) - (obs.holdings or [0])[0])
+    return max(0, ordered_sum(j.size - j.progress for j in live) - (obs.holdings or [0])[0])
 
 
 def _spare(obs: Observation) -> int:
     held = (obs.holdings or [0])[0] - (obs.reserved or [0])[0]
-    sold = sum(
+    sold = ordered_sum(
         c.blocks
         for c in obs.contracts or ()
         if c.seller == obs.seat and c.delivery_round == obs.round
@@ -54,7 +55,7 @@ def _spare(obs: Observation) -> int:
     live = [
         j for j in obs.jobs or () if j.status == "active" and j.min_reliability <= obs.reliability
     ]
-    return max(0, held - sold - sum(j.size - j.progress for j in live))
+    return max(0, held - sold - ordered_sum(j.size - j.progress for j in live))
 
 
 def _per_block(price: float, blocks: int) -> float:

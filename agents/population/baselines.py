@@ -31,6 +31,7 @@ from market.core.actions import (
     SendMessage,
 )
 from market.core.seats import lab_index
+from market.core.summation import ordered_sum
 from market.environment import Observation, affordable, marginal_values
 
 
@@ -121,7 +122,7 @@ class ColluderBidder(StatefulAgent):
         """Per-round cartel surplus: its current demand won at the reserve every k-th round."""
         cut = price_floor(obs) + self.step_size(obs)
         k = max(1, len(self.members(obs)))
-        return sum(max(0.0, v - cut) for v in marginal_values(obs)) / k
+        return ordered_sum(max(0.0, v - cut) for v in marginal_values(obs)) / k
 
     def colluding(self, obs: Observation) -> bool:
         if len(self.members(obs)) < 2:

@@ -8,6 +8,7 @@ from agents.base import BaseAgent
 from agents.population.common import StatefulAgent
 from agents.scripted import WAIT
 from market.core.actions import ActionModel, SetMechanism
+from market.core.summation import ordered_sum
 from market.environment import Observation
 
 # ------------------------------------------------------------------------------------------
@@ -57,7 +58,7 @@ class RuleDesigner(StatefulAgent):
         if stats is None or not stats.welfare_ratio:
             return update
         prices = [p for p in stats.prices if p is not None]
-        mean_price = sum(prices) / len(prices) if prices else 0.0
+        mean_price = ordered_sum(prices) / len(prices) if prices else 0.0
         reserve = mech.reserve_price or 0.0
         if stats.suspected_cartels >= 1:
             update["coalition_policy"] = "penalize_suspected"

@@ -26,6 +26,7 @@ from market.core.actions import (
     SendOffer,
 )
 from market.core.seats import lab_index
+from market.core.summation import ordered_sum
 from market.environment import JobView, Observation, marginal_values
 
 MIN_BUDGET_LIE = 20.0  # below this a halved budget is within the judge's 1-credit tolerance
@@ -62,7 +63,7 @@ class LiarBidder(RuleExpert):
         """The false statement for this turn: (text, need claimed, deadline claimed, value claimed)."""
         live = live_jobs(obs)
         k = int(self.rng.integers(0, 3))
-        need = sum(j.size - j.progress for j in live) + 2 + k
+        need = ordered_sum(j.size - j.progress for j in live) + 2 + k
         parts = [f"We need {need} more blocks."]
         deadline: int | None = None
         if live:

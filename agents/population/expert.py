@@ -37,6 +37,7 @@ from market.core.actions import (
     MakePitch,
     SendOffer,
 )
+from market.core.summation import ordered_sum
 from market.environment import CoalitionView, Observation, affordable
 
 MAX_COVER = 20  # most cover blocks it bids for in one round
@@ -175,7 +176,7 @@ class RuleExpert(StatefulAgent):
             if offer.side == "sell":  # it would buy: at a discount from a poor record
                 values = plan.wanted.get(t, [])[: offer.blocks]
                 if len(values) == offer.blocks and offer.price <= min(
-                    sum(values) * (1.0 - margin), budget
+                    ordered_sum(values) * (1.0 - margin), budget
                 ):
                     return AcceptOffer(offer_id=offer.offer_id)
             elif offer.blocks <= min(
@@ -411,7 +412,7 @@ class RuleExpert(StatefulAgent):
         ):
             return None
         price = round(min(plan.price, short.unit * obs.reliability), 2)
-        idle = credits_down((obs.budget or 0.0) - sum(self._own_bid(obs, plan).bids))
+        idle = credits_down((obs.budget or 0.0) - ordered_sum(self._own_bid(obs, plan).bids))
         if price <= 0 or idle < price:
             return None
         self.club_job[obs.round] = short.job.job_id
@@ -447,7 +448,7 @@ class RuleExpert(StatefulAgent):
         funded = max(0.0, (led.pool or 0.0) - (led.my_balance or 0.0))
         club = [price] * (int(funded // price) if price > 0 else 0)
         own = reduce_demand(shade(mine, obs, self.values), obs, plan)
-        if sum(own) > (led.pool or 0.0) - len(club) * price + 1e-9:
+        if ordered_sum(own) > (led.pool or 0.0) - len(club) * price + 1e-9:
             return None  # the pool cannot carry its own bids: bid alone this round
         values = sorted([*own, *club], reverse=True)
         return Bid.trusted(affordable(values, led.pool or 0.0, unit_limit(obs)), led.coalition_id)

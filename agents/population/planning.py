@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from agents.population.common import price_floor
+from market.core.summation import ordered_sum
 from market.environment import JobView, MarketResultView, Observation
 
 # ------------------------------------------------------------------------------------------
@@ -69,7 +70,7 @@ class MarketMemory:
 
     def base_capacity(self, obs: Observation) -> float:
         seen = list(self.capacities.values())
-        return sum(seen) / len(seen) if seen else float(obs.capacity)
+        return ordered_sum(seen) / len(seen) if seen else float(obs.capacity)
 
     def share(self, obs: Observation) -> float:
         """Plausible share of a round's auctioned blocks it can win: an equal share; more if it
@@ -341,7 +342,7 @@ def _plan(
         for t, n in plan.buy.items():
             wanted[t] += [plan.unit * reliability[t]] * n
         if now in usable[job.job_id]:
-            later = sum(n for t, n in plan.held.items() if t > now)
+            later = ordered_sum(n for t, n in plan.held.items() if t > now)
             held_now += plan.held.get(now, 0)
             bid_values += [plan.unit * obs.reliability] * max(0, job.size - job.progress - later)
     # this round's own blocks cover the most valuable units; extra blocks are worth the rest
@@ -355,7 +356,7 @@ def _plan(
     must = later = 0  # later: what rounds now+1 .. upto supply (whole blocks: exact sums)
     upto = now
     for d in sorted({p.job.deadline for p in hard}):
-        demand = sum(p.job.size - p.job.progress for p in hard if p.job.deadline <= d)
+        demand = ordered_sum(p.job.size - p.job.progress for p in hard if p.job.deadline <= d)
         for t in range(upto + 1, d + 1):
             later += held[t] + math.floor(capacity[t] * (1 - pool_share) + 1e-9) // n_labs
         upto = max(upto, d)
@@ -371,7 +372,7 @@ def _plan(
                 spare[t] -= n
     for t in rounds:
         if t > now and hard:
-            running = sum(1 for p in hard if p.job.deadline >= t)
+            running = ordered_sum(1 for p in hard if p.job.deadline >= t)
             spare[t] = max(0, spare[t] - running)
     for plan, (own, buy) in zip(admitted, with_wins, strict=True):  # the schedule with wins again
         plan.held, plan.buy = own, buy

@@ -40,6 +40,7 @@ from market.core.ledger import ActionError
 from market.core.negotiation import MAX_OPEN_OFFERS
 from market.core.phases import LEGAL
 from market.core.seats import is_bidder_seat
+from market.core.summation import ordered_sum
 
 __all__ = ["Refusal", "check_action", "choices", "refusals", "unit_cap", "validate_for"]
 
@@ -235,10 +236,12 @@ class _Seat:
 
     def committed(self, r: int) -> int:
         """Blocks promised on open forward contracts for round ``r`` (the seat's contracts)."""
-        return sum(
-            c.blocks
-            for c in self.obs.contracts or ()
-            if c.seller == self.me and c.delivery_round == r
+        return int(
+            ordered_sum(
+                c.blocks
+                for c in self.obs.contracts or ()
+                if c.seller == self.me and c.delivery_round == r
+            )
         )
 
     def can_deliver(self, blocks: int, r: int) -> Refusal | None:
@@ -394,7 +397,10 @@ class _Seat:
             if seat not in self.active:
                 yield Refusal(f"{seat} is not in the market now; invite active labs only", False)
                 return
-        if sum(1 for c in self.coalitions.values() if c.leader == self.me) >= MAX_OPEN_COALITIONS:
+        if (
+            ordered_sum(1 for c in self.coalitions.values() if c.leader == self.me)
+            >= MAX_OPEN_COALITIONS
+        ):
             yield Refusal(
                 f"you already lead {MAX_OPEN_COALITIONS} coalitions; leave one before proposing another"
             )
@@ -535,7 +541,7 @@ class _Seat:
                 f"{len(act.bids)} unit bids exceed the limit of {cap} this round; bid for at most {cap} blocks"
             )
             return
-        total = float(sum(act.bids))
+        total = float(ordered_sum(act.bids))
         if act.coalition_id is None:
             if total > self.cash + 1e-9:
                 yield Refusal(

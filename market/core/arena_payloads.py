@@ -47,6 +47,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from market.core.seats import bidder_seat, is_bidder_seat, lab_index, seat_alias
+from market.core.summation import ordered_sum
 
 if TYPE_CHECKING:
     from market.core.world import World
@@ -83,7 +84,7 @@ class BlockContext:
 
     def my_ids(self) -> list[str]:
         """The arena ids of this lab's blocks, in order (``b_<me>_0`` ...)."""
-        return [f"b_{self.me}_{k}" for k in range(sum(int(h) for h in self.holdings))]
+        return [f"b_{self.me}_{k}" for k in range(ordered_sum(int(h) for h in self.holdings))]
 
     def own_round(self, k: int) -> int | None:
         """The round of this lab's ``k``-th block, or None when it holds fewer."""
@@ -128,7 +129,7 @@ def read_block(raw: object, ctx: BlockContext | None, field: str) -> Block:
             return Block(text, owner, ctx.now, (owner, ctx.now, k))
         own = ctx.own_round(k)
         if own is None:
-            held = sum(int(h) for h in ctx.holdings)
+            held = ordered_sum(int(h) for h in ctx.holdings)
             raise BlockIdError(
                 f"{field}: you have no block {text!r}: you hold {held} block(s) from this round "
                 f"on, b_{ctx.me}_0 .. b_{ctx.me}_{held - 1} in round order"

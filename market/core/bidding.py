@@ -15,6 +15,7 @@ from market.core.ledger import ActionError
 from market.core.mechanisms import Mechanism
 from market.core.seats import bidder_seat
 from market.core.settlement import BidEntry
+from market.core.summation import ordered_sum
 from market.core.world import World
 
 
@@ -55,7 +56,7 @@ class RoundOrders:
             raise ActionError(
                 f"{len(act.bids)} unit bids exceed the limit of {cap} this round; bid for at most {cap} blocks"
             )
-        total = float(sum(act.bids))
+        total = float(ordered_sum(act.bids))
         if act.coalition_id is None:
             budget = world.labs[me].budget
             if total > budget + 1e-9:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from market.core.actions import MakePitch
 from market.core.negotiation import Pitch
+from market.core.summation import ordered_sum
 from market.core.world import Job, Lab
 
 URGENT_ROUNDS = 2  # "urgent" is true when a live job is due within this many rounds (now, next)
@@ -251,7 +252,7 @@ def inspect_text(text: str) -> TextReport:
     norm = normalise(text)
     words = _WORD_RE.findall(norm)
     n = len(words)
-    hype = sum(1 for w in words if w.strip("'-") in _HYPE)
+    hype = ordered_sum(1 for w in words if w.strip("'-") in _HYPE)
     gates: list[str] = []
     if hype >= STUFF_COUNT or (hype >= STUFF_MIN and hype >= STUFF_DENSITY * n):
         gates.append(f"keyword stuffing ({hype} hype words in {n})")
@@ -298,7 +299,7 @@ def check_claims(pitch: Pitch, lab: Lab, context: JudgeContext) -> list[Claim]:
     live = [j for j in lab.jobs if j.status == "active" and j.remaining > 0]
     # the request is checked against everything the lab's live jobs still need (a job the
     # round's blocks cannot run is a true need but earns no score: see true_need)
-    need = sum(j.remaining for j in live)
+    need = ordered_sum(j.remaining for j in live)
     claims = [
         Claim(
             "blocks_requested",
@@ -310,9 +311,9 @@ def check_claims(pitch: Pitch, lab: Lab, context: JudgeContext) -> list[Claim]:
     if pitch.job_id is not None:  # the other claims are about the named job when there is one
         live = [j for j in live if j.job_id == pitch.job_id] or live
     earliest = min((j.deadline for j in live), default=None)
-    remaining = sum(j.remaining for j in live)
+    remaining = ordered_sum(j.remaining for j in live)
     biggest = max((j.size for j in live), default=0)
-    total_value = sum(j.value for j in live)
+    total_value = ordered_sum(j.value for j in live)
     unit_value = max((j.unit_value for j in live), default=0.0)
     truth_deadline = "no live job" if earliest is None else f"earliest deadline round {earliest}"
 

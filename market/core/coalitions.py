@@ -28,6 +28,7 @@ from market.core.ledger import (
 from market.core.mechanisms import Mechanism
 from market.core.negotiation import seat_index
 from market.core.penalties import COALITION_EXIT_REPUTATION_LOSS
+from market.core.summation import ordered_sum
 from market.core.world import World, lose_reputation
 
 MAX_OPEN_COALITIONS = 4
@@ -50,7 +51,7 @@ class Coalition:
 
     @property
     def pool(self) -> float:
-        return float(sum(self.balances.values()))
+        return float(ordered_sum(self.balances.values()))
 
 
 @dataclass(slots=True)
@@ -59,7 +60,9 @@ class CoalitionBook:
     next_id: int = 0
 
     def escrow(self) -> float:
-        return float(sum(c.pool for c in self.coalitions.values() if c.status != "dissolved"))
+        return float(
+            ordered_sum(c.pool for c in self.coalitions.values() if c.status != "dissolved")
+        )
 
     def of(self, lab: int) -> list[Coalition]:
         return [
@@ -89,7 +92,7 @@ def handle_form(
         if not world.labs[other].active:
             raise ActionError(f"{seat} is not in the market now; invite active labs only")
         invited.add(other)
-    if sum(1 for c in book.of(me) if c.leader == me) >= MAX_OPEN_COALITIONS:
+    if ordered_sum(1 for c in book.of(me) if c.leader == me) >= MAX_OPEN_COALITIONS:
         raise ActionError(
             f"you already lead {MAX_OPEN_COALITIONS} coalitions; leave one before proposing another"
         )

@@ -16,6 +16,7 @@ import numpy as np
 from market.core.ledger import move_blocks, pay_operator, release_collateral, transfer_credits
 from market.core.negotiation import Book, Contract
 from market.core.penalties import BREACH_REPUTATION_LOSS
+from market.core.summation import ordered_sum
 from market.core.world import Job, World, lose_reputation
 
 
@@ -133,7 +134,7 @@ def run_blocks(assignment: list[tuple[Job, int]], successes: np.ndarray | Sequen
     # plain bools: a slice's sum is an exact int, without a numpy call per job
     flags = successes.tolist() if isinstance(successes, np.ndarray) else successes
     for job, n in assignment:
-        gained = sum(flags[k : k + n])
+        gained = ordered_sum(flags[k : k + n])
         job.progress = min(job.size, job.progress + gained)
         total += gained
         k += n

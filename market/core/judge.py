@@ -81,6 +81,7 @@ from market.core.claims import (
 )
 from market.core.negotiation import Pitch
 from market.core.seats import bidder_seat
+from market.core.summation import ordered_sum
 from market.core.world import Lab
 
 RUBRIC_VERSION = "rubric-1"
@@ -278,7 +279,7 @@ class RuleJudge:
         report = inspect_text(pitch.text)
         false = [c for c in claims if not c.ok]
         past = context.past_grants.get(lab.index, 0)
-        granted_total = sum(context.past_grants.values())
+        granted_total = ordered_sum(context.past_grants.values())
         reputation = context.reputations.get(lab.index, lab.reputation)
         scores = {
             "true_need": round(urgency / (urgency + NEED_SCALE), 4),

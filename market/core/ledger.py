@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from market.core.summation import ordered_sum
 from market.core.world import World
 
 
@@ -69,7 +70,7 @@ def pay_for_block_rows(
     if won:
         rows, counts = zip(*won, strict=True)
         np.add.at(world.holdings[:, round_], list(rows), list(counts))
-        world.blocks_issued[round_] += sum(counts)
+        world.blocks_issued[round_] += ordered_sum(counts)
 
 
 # --- credits from and to outside the market -----------------------------------------------

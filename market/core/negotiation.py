@@ -24,6 +24,7 @@ from market.core.ledger import ActionError, move_blocks, post_collateral, transf
 from market.core.reservations import Reservations
 from market.core.scenario_schema import DeliverySpec
 from market.core.seats import bidder_seat, is_bidder_seat, lab_index
+from market.core.summation import ordered_sum
 from market.core.world import World
 
 OfferStatus = Literal["open", "accepted", "rejected", "countered", "expired", "void", "withdrawn"]
@@ -108,7 +109,9 @@ class Book:
     delivery: DeliverySpec = field(default_factory=DeliverySpec)  # short-sale rules
 
     def open_offers_of(self, lab: int) -> int:
-        return sum(1 for o in self.offers.values() if o.status == "open" and o.sender == lab)
+        return ordered_sum(
+            1 for o in self.offers.values() if o.status == "open" and o.sender == lab
+        )
 
     def prune(self) -> None:
         """Forget closed offers and settled contracts (end of round): observations stay O(open)."""
@@ -117,7 +120,7 @@ class Book:
 
     def committed(self, seller: int, round_: int) -> int:
         """Blocks ``seller`` has promised on open forward contracts for ``round_``."""
-        return sum(
+        return ordered_sum(
             c.blocks
             for c in self.contracts
             if c.seller == seller and c.delivery_round == round_ and c.delivered < 0

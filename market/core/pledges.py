@@ -44,6 +44,7 @@ from market.core.ledger import move_blocks, pay_from_escrow, transfer_credits
 from market.core.penalties import BREACH_REPUTATION_LOSS
 from market.core.scenario_schema import DeliverySpec
 from market.core.seats import bidder_seat
+from market.core.summation import ordered_sum
 from market.core.world import World, lose_reputation
 
 
@@ -141,10 +142,10 @@ def settle_pool(
         return None
     given = {m: min(k, int(world.holdings[m, now])) for m, k in pledged.items()}
     units = _need_units(world, members, now, given)
-    pool = sum(given.values())
+    pool = ordered_sum(given.values())
     received = _allocate(units, pool)
-    entitled = _allocate(units, sum(pledged.values()))
-    leftover = pool - sum(received.values())
+    entitled = _allocate(units, ordered_sum(pledged.values()))
+    leftover = pool - ordered_sum(received.values())
     for m in members:  # unneeded blocks go back to their givers, in member order
         back = min(leftover, given.get(m, 0))
         if back:
@@ -201,7 +202,7 @@ def _compensate(
     """Each defaulter pays ``default_compensation`` per missing block out of its pool balance
     (as far as it goes) to the members cut, pro rata to their cut."""
     cut = settlement.cut
-    total_cut = sum(cut.values())
+    total_cut = ordered_sum(cut.values())
     if not total_cut or spec.default_compensation <= 0:
         return
     for payer, short in settlement.defaults.items():

@@ -7,6 +7,7 @@ import numpy as np
 
 from market.core import execution
 from market.core.job_table import JobTable, ordered_row_sums
+from market.core.summation import ordered_sum
 from market.core.world import Job, World
 
 
@@ -29,8 +30,8 @@ def run_round_blocks(
             )
             if assignment:
                 assignments[i] = assignment
-                allocated_value[i] = sum(job.unit_value * n for job, n in assignment)
-    max_used = max((sum(n for _, n in a) for a in assignments.values()), default=0)
+                allocated_value[i] = ordered_sum(job.unit_value * n for job, n in assignment)
+    max_used = max((ordered_sum(n for _, n in a) for a in assignments.values()), default=0)
     if max_used:
         ok = execution.failure_draws(rng, len(world.labs), max_used, reliability)
         rows = ok.tolist()  # one conversion for all labs instead of one per lab
@@ -61,7 +62,7 @@ def run_table_blocks(
         assignment = execution.assign_blocks(world.labs[i].jobs, held[i], plans[i], reliability)
         if assignment:
             assignments[i] = assignment
-            allocated_value[i] = sum(job.unit_value * k for job, k in assignment)
+            allocated_value[i] = ordered_sum(job.unit_value * k for job, k in assignment)
     idx, give, offset = table.edf_assign(np.asarray(held_row), reliability, planned)
     lab = table.lab[idx]
     used = np.bincount(lab, weights=give, minlength=n) if idx.size else np.zeros(n)
@@ -74,7 +75,7 @@ def run_table_blocks(
         allocated_value[labs_run] = sums[labs_run]
     max_used = max(
         int(used.max()) if n else 0,
-        max((sum(k for _, k in a) for a in assignments.values()), default=0),
+        max((ordered_sum(k for _, k in a) for a in assignments.values()), default=0),
     )
     if max_used:
         ok = execution.failure_draws(rng, n, max_used, reliability)

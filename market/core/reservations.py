@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from market.core.actions import ReleaseCapacity, ReserveCapacity
 from market.core.ledger import ActionError
+from market.core.summation import ordered_sum
 from market.core.world import World
 
 
@@ -69,7 +70,7 @@ class Reservations:
             self.blocks_by[key] = n
             jobs = self.jobs_by.get(key)
             if jobs:  # never more job-bound blocks than reserved ones; latest bindings shrink first
-                over = sum(jobs.values()) - n
+                over = ordered_sum(jobs.values()) - n
                 for job_id in reversed(list(jobs)):
                     if over <= 0:
                         break

@@ -29,6 +29,7 @@ from market.core.rewards import LabComponent, optimal_welfare
 from market.core.rng import RngStreams
 from market.core.scenario_schema import Scenario
 from market.core.settlement import RoundResult, clear_round
+from market.core.summation import ordered_sum
 from market.core.world import World
 
 RewardEvent = tuple[int, LabComponent, float]  # (lab, reward component, credits)
@@ -76,7 +77,7 @@ def settle_lab_by_lab(
     for i in active:
         jobs = world.labs[i].jobs
         execution.settle_jobs(jobs, now)
-        value = sum(j.potential() for j in jobs)
+        value = ordered_sum(j.potential() for j in jobs)
         change = float(value - potential[i])
         if change:
             rewards.append((i, "job_value", change))
@@ -125,7 +126,7 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
     entries = orders.entries(world, m.coalitions)
     table = (  # the jobs do not change until the blocks run
         JobTable.read(world, active)
-        if sum(len(world.labs[i].jobs) for i in active) >= TABLE_MIN_JOBS
+        if ordered_sum(len(world.labs[i].jobs) for i in active) >= TABLE_MIN_JOBS
         else None
     )
     round_rng = m.streams.stream("clearing", now)

@@ -36,6 +36,7 @@ from market.core.mechanisms import Mechanism, clear
 from market.core.negotiation import Book
 from market.core.penalties import FALSE_CLAIM_REPUTATION_LOSS
 from market.core.pledges import PoolSettlement
+from market.core.summation import ordered_sum
 from market.core.world import World, lose_reputation
 
 
@@ -109,7 +110,7 @@ def true_needs(
         rel = float(world.reliability[now])
         units = np.array(
             [
-                sum(
+                ordered_sum(
                     j.size - j.progress
                     for j in world.labs[lab].jobs
                     if j.status == "active" and j.min_reliability <= rel  # runnable(j, rel)
@@ -193,7 +194,7 @@ def clear_round(
         result.price = float(outcome.price)
         alloc = np.asarray(outcome.alloc).astype(np.int64).tolist()
         payments = np.asarray(outcome.payments).astype(np.float64).tolist()
-        result.sold = sum(alloc)
+        result.sold = ordered_sum(alloc)
         revenue = 0.0
         for payment in payments:  # in row order, as the auction's rows are
             revenue += payment

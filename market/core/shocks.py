@@ -13,6 +13,7 @@ import numpy as np
 
 from market.core.scenario_schema import SHOCK_KINDS, Scenario, ShockKind
 from market.core.seats import bidder_seat
+from market.core.summation import ordered_sum
 from market.core.world import Job, World, draw_job
 
 LAB_TARGETED = ("demand_surge", "budget_cut", "windfall", "lab_exit", "lab_entry")
@@ -63,7 +64,9 @@ def draw_shocks(scenario: Scenario, rng: np.random.Generator) -> list[Shock]:
         if spec.kind == "lab_entry" and (target is None or target < n_start):
             continue  # no entrant seat left (validated scenarios always have one)
         magnitude = (
-            spec.magnitude if spec.magnitude is not None else sum(_RANDOM_MAGNITUDE[spec.kind]) / 2
+            spec.magnitude
+            if spec.magnitude is not None
+            else ordered_sum(_RANDOM_MAGNITUDE[spec.kind]) / 2
         )
         shocks.append(Shock(spec.kind, spec.round, spec.duration, magnitude, target, spec.public))
     rates = scenario.shock_rates

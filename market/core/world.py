@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 
 from market.core.scenario_schema import Scenario
 from market.core.seats import bidder_seat
+from market.core.summation import ordered_sum
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -179,5 +180,7 @@ def credit_imbalance(world: World, escrow: float, initial: float) -> float:
     """Labs + operator + ``escrow`` + collateral - ``initial`` - external injections: zero when
     credits are conserved (the ledger's audit)."""
     w = world
-    total = sum(lab.budget for lab in w.labs) + w.operator_credits + escrow + w.collateral_held
+    total = (
+        ordered_sum(lab.budget for lab in w.labs) + w.operator_credits + escrow + w.collateral_held
+    )
     return float(total - initial - w.external_credits)

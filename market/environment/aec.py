@@ -43,6 +43,7 @@ from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER, bidder_seat, lab_index
 from market.core.settlement import RoundResult
 from market.core.shocks import Shock, apply_schedule, draw_shocks
+from market.core.summation import ordered_sum
 from market.core.world import World, credit_imbalance, generate_world
 from market.environment.conduct_log import ConductLog
 from market.environment.digest import StateDigests
@@ -128,7 +129,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self.orders = RoundOrders()
         self._potential = np.zeros(sc.n_seats)
         self._exit_breaches: list[execution.Breach] = []  # logged with the round's summary
-        self.initial_credits = sum(lab.budget for lab in self.world.labs)
+        self.initial_credits = ordered_sum(lab.budget for lab in self.world.labs)
         self.agents = [DESIGNER] if sc.designer_seat else []
         self.rewards: dict[str, float] = {}
         self._cumulative_rewards: dict[str, float] = {}
@@ -285,7 +286,7 @@ class raw_env(AECEnv):  # type: ignore[misc]  # pettingzoo ships no type hints
         self._lab_rewards(e for breach in breaches for e in breach_rewards(breach))
         self._exit_breaches += breaches
         self._lab_rewards((i, "withdrawal_penalty", -penalty) for penalty in penalties)
-        delta = sum(j.potential() for j in lab.jobs) - self._potential[i]
+        delta = ordered_sum(j.potential() for j in lab.jobs) - self._potential[i]
         self._potential[i] += delta
         self._lab_reward(i, "job_value", delta)
         if lab.seat in self.terminations:

@@ -15,6 +15,7 @@ from typing import ClassVar, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from market.core.summation import ordered_sum
 from market.core.trust import quote_untrusted
 
 Phase = Literal["design", "negotiation", "bidding", "done"]
@@ -385,7 +386,7 @@ def can_complete(job: JobView, obs: Observation) -> bool:
     if job.partial_credit:
         return True
     rounds = job.deadline - obs.round + 1
-    own = sum((obs.holdings or [])[:rounds])
+    own = ordered_sum((obs.holdings or [])[:rounds])
     share = max(1, obs.capacity) / max(1, len(obs.active_labs))
     return job.size - job.progress <= (own + share * rounds) * obs.reliability + 1e-9
 

@@ -23,6 +23,7 @@ from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER, lab_index
 from market.core.settlement import RoundResult
 from market.core.shocks import Shock
+from market.core.summation import ordered_sum
 from market.core.world import World
 from market.environment.observations import (
     CoalitionView,
@@ -298,7 +299,9 @@ class SeatViews:
                 stability=list(h["stability"]),
                 revenue=[r.revenue for r in results],
                 prices=list(prices),
-                suspected_cartels=sum(1 for _, score in results[-1].suspected if score >= SUSPECTED)
+                suspected_cartels=ordered_sum(
+                    1 for _, score in results[-1].suspected if score >= SUSPECTED
+                )
                 if results
                 else 0,
                 active_labs=len(active),
@@ -522,4 +525,6 @@ def delivery_view(env: MarketState, me: int, rate: float | None = None) -> Deliv
 
 def collateral_held(env: MarketState, me: int) -> float:
     """The collateral lab ``me`` has posted on its open (undelivered) sales."""
-    return sum(c.collateral for c in env.book.contracts if c.seller == me and c.delivered < 0)
+    return ordered_sum(
+        c.collateral for c in env.book.contracts if c.seller == me and c.delivered < 0
+    )

@@ -11,6 +11,7 @@ from market.core.scenario_schema import Scenario
 from market.core.seats import bidder_seat
 from market.core.settlement import RoundResult
 from market.core.shocks import Shock
+from market.core.summation import ordered_sum
 from market.core.world import World
 
 RoundSummary = dict[str, Any]  # one JSON-ready round-log entry (the transcript's round summary)
@@ -95,8 +96,8 @@ def render_text(env: RenderState) -> str:
     for lab in w.labs:
         if not lab.entered:
             continue
-        live = sum(1 for j in lab.jobs if j.status == "active")
-        done = sum(1 for j in lab.jobs if j.status == "done")
+        live = ordered_sum(1 for j in lab.jobs if j.status == "active")
+        done = ordered_sum(1 for j in lab.jobs if j.status == "done")
         lines.append(
             f"  {lab.seat:<10} {'active' if lab.active else 'gone':<6} budget {lab.budget:9.2f} "
             f"rep {lab.reputation:.2f} jobs live {live} done {done}"

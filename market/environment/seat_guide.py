@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from market.core.coalitions import MAX_OPEN_COALITIONS
 from market.core.mechanisms import AUCTION_TYPES, COALITION_POLICIES
 from market.core.negotiation import MAX_OPEN_OFFERS
+from market.core.summation import ordered_sum
 from market.environment.observations import JobView, Observation, OfferView, marginal_values
 from market.environment.seat_story import (
     coalition_words,
@@ -102,7 +103,7 @@ def others(obs: Observation) -> list[str]:
 
 def _committed(obs: Observation, round_: int) -> int:
     """Blocks the seat promised on open contracts for ``round_`` (not for sale)."""
-    return sum(
+    return ordered_sum(
         c.blocks for c in obs.contracts or () if c.seller == obs.seat and c.delivery_round == round_
     )
 
@@ -246,7 +247,7 @@ def _reject_offer(obs: Observation) -> ActionChoice | None:
 
 
 def _form_coalition(obs: Observation) -> ActionChoice | None:
-    led = sum(1 for c in obs.coalitions or () if c.leader == obs.seat)
+    led = ordered_sum(1 for c in obs.coalitions or () if c.leader == obs.seat)
     labs = others(obs)
     if not labs or led >= MAX_OPEN_COALITIONS:
         return None

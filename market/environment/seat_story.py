@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 
+from market.core.summation import ordered_sum
 from market.environment.observations import (
     CoalitionView,
     ContractView,
@@ -229,7 +230,7 @@ def reward_words(rewards: Mapping[str, float], value_unit: float) -> list[str]:
     parts = [f"{words(k)} {v:+.2f}" for k, v in rewards.items() if abs(v) >= 5e-5]
     if not parts:
         return []
-    total = sum(rewards.values())
+    total = ordered_sum(rewards.values())
     return [
         f"Your reward since your last turn: {total:+.2f} ({', '.join(parts)}); a reward of 1 "
         f"is {value_unit:g} credits."

@@ -42,6 +42,7 @@ from market.core.mechanisms import AUCTION_TYPES
 from market.core.negotiation import MAX_OPEN_OFFERS
 from market.core.scenario_schema import Scenario
 from market.core.seats import lab_index, seat_order
+from market.core.summation import ordered_sum
 from market.environment.aec import env
 from market.environment.observations import (
     JobView,
@@ -99,7 +100,7 @@ def _can_deliver(obs: Observation, offer: OfferView) -> bool:
     if not 0 <= k < len(holdings):
         return False
     # contracts due this round deliver at the round's close, so they are spoken for too
-    committed = sum(
+    committed = ordered_sum(
         c.blocks
         for c in obs.contracts or ()
         if c.seller == obs.seat and c.delivery_round == offer.delivery_round
@@ -137,7 +138,7 @@ def _bid_scaled(scale: float) -> Callable[[Observation, int], Built]:
 def _bid_reserve(obs: Observation, unit_limit: int) -> Built:
     """Bid the floor price (revealed reserve or energy floor) for each block worth at least it."""
     price = round(_floor_price(obs), 6)
-    wanted = sum(1 for v in marginal_values(obs) if v >= price)
+    wanted = ordered_sum(1 for v in marginal_values(obs) if v >= price)
     return Bid(bids=affordable([price] * wanted, obs.budget or 0.0, unit_limit)), True
 
 
@@ -166,13 +167,13 @@ def _reject_first(obs: Observation, unit_limit: int) -> Built:
 
 def _sell_spare(obs: Observation, unit_limit: int) -> Built:
     """Offer one block of this round that our live jobs cannot use to the next lab in seat order."""
-    sold = sum(
+    sold = ordered_sum(
         c.blocks
         for c in obs.contracts or ()
         if c.seller == obs.seat and c.delivery_round == obs.round
     )
     held = _held_now(obs) - sold - _reserved(obs)  # contracts due now deliver at the close
-    spare = held - sum(j.size - j.progress for j in _live_jobs(obs, runnable=True))
+    spare = held - ordered_sum(j.size - j.progress for j in _live_jobs(obs, runnable=True))
     labs = sorted(obs.active_labs, key=lab_index)
     others = [s for s in labs if s != obs.seat]
     me = seat_order(obs.seat)[1]  # the lab index (0 for the designer, who never sells)
@@ -203,7 +204,7 @@ def _sell_forward_short(obs: Observation, unit_limit: int) -> Built:
     )
     if ok and d is not None:  # mirrors market.core.delivery.check_short_sale
         holdings = obs.holdings or []
-        committed = sum(
+        committed = ordered_sum(
             c.blocks for c in obs.contracts or () if c.seller == obs.seat and c.delivery_round == t
         )
         free = (holdings[1] if len(holdings) > 1 else 0) - committed
@@ -249,7 +250,9 @@ def _pitch_urgent(obs: Observation, unit_limit: int) -> Built:
 
     job = max(jobs, key=urgency)
     # never ask for more than the runnable jobs need: the judge treats that as a false claim
-    need = min(job.size - job.progress, sum(j.size - j.progress for j in _live_jobs(obs, True)))
+    need = min(
+        job.size - job.progress, ordered_sum(j.size - j.progress for j in _live_jobs(obs, True))
+    )
     text = (
         f"Job {job.job_id} needs {job.size - job.progress} more block(s) by its deadline, "
         f"round {job.deadline}; we ask for {max(1, need)}."
@@ -260,8 +263,8 @@ def _pitch_urgent(obs: Observation, unit_limit: int) -> Built:
 def _reserve_for_jobs(obs: Observation, unit_limit: int) -> Built:
     """Reserve this round's unreserved blocks that the live runnable jobs still need (at least
     one: the env accepts reserving any free block, and the mask must say exactly what it accepts)."""
-    need = sum(j.size - j.progress for j in _live_jobs(obs, runnable=True))
-    sold = sum(
+    need = ordered_sum(j.size - j.progress for j in _live_jobs(obs, runnable=True))
+    sold = ordered_sum(
         c.blocks
         for c in obs.contracts or ()
         if c.seller == obs.seat and c.delivery_round == obs.round

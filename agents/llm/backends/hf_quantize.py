@@ -35,6 +35,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from market.core.summation import ordered_sum
+
 #: the ``quantize`` values a backend takes (None means "none")
 QUANTIZE_MODES: tuple[str, ...] = ("none", "int8")
 
@@ -103,13 +105,13 @@ def quantize_int8(model: Any) -> int:
     import torch
     from torch.ao.quantization import quantize_dynamic
 
-    before = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    before = ordered_sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     with warnings.catch_warnings():
         # the deprecation of quantised tensors in favour of torchao (see the module docstring)
         warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*", category=UserWarning)
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-    after = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    after = ordered_sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     return before - after
 
 

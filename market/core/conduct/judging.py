@@ -33,6 +33,7 @@ from market.core.conduct.model import (
     Verdict,
 )
 from market.core.conduct.text import extract_claims, extract_promises
+from market.core.summation import ordered_sum
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ def judge_claim(claim: Claim, truth: SeatTruth) -> Verdict:
     elif claim.kind == "holdings":
         ok, fact = c == truth.holdings, f"holds {truth.holdings} blocks this round"
     elif claim.kind == "need":
-        need = sum(j.remaining for j in jobs)
+        need = ordered_sum(j.remaining for j in jobs)
         ok, fact = c <= need, f"live jobs need {need} blocks"
     elif claim.kind == "value":
         total = math.fsum(j.value for j in jobs)
