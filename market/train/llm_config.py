@@ -119,6 +119,9 @@ class EvalSection(_Section):
     base: bool = True  # also evaluate the base model without an adapter
     compare: list[str] = Field(default_factory=list)  # other adapters (run folders) to evaluate
     max_tokens: int = Field(default=160, ge=1)
+    # the LLM seat's context in tokens; the training prompts are rendered at the budget that this
+    # context and max_tokens leave, so the seat is sent the prompts it learnt from
+    context: int = Field(default=2048, ge=256)
     memory: str = "none"  # the LLM seat's memory (none: the prompt it was trained on)
     retries: int = Field(default=1, ge=0)
     max_in_flight: int = Field(default=64, ge=1)

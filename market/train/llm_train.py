@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from agents.llm.backends.hf_loading import ModelKey, load_model, resolve_adapter
+from agents.llm.prompts import prompt_budget
 from market.run.evaluation import slug
 from market.run.rollout import mean_ci95
 from market.run.runner import run_scenario
@@ -138,7 +139,8 @@ def teacher_runs(cfg: TrainLLMConfig, out: Path, say: Say = _say) -> list[Path]:
 
 
 def data_filter(cfg: TrainLLMConfig) -> ExportFilter:
-    """The export filter of the teacher's decisions in the seat (as ``export-sft`` has it)."""
+    """The export filter of the teacher's decisions in the seat (as ``export-sft`` has it),
+    rendering prompts at the budget the evaluated seat's context leaves (:func:`seat_budget`)."""
     return ExportFilter(
         seats=[cfg.seat.seat],
         agent=cfg.data.teacher,
@@ -146,7 +148,14 @@ def data_filter(cfg: TrainLLMConfig) -> ExportFilter:
         min_return=cfg.data.min_return,
         valid_only=cfg.data.valid_only,
         include_scripted=True,
+        max_prompt_tokens=seat_budget(cfg),
     )
+
+
+def seat_budget(cfg: TrainLLMConfig) -> int | None:
+    """The prompt budget of the LLM seat :func:`llm_spec` builds (its ``context`` and
+    ``max_tokens``), as :class:`agents.llm.agent.LLMAgent` computes it."""
+    return prompt_budget(cfg.eval.context, cfg.eval.max_tokens)
 
 
 def sft_dataset(
@@ -415,7 +424,7 @@ def llm_spec(cfg: TrainLLMConfig, device: str, adapter: str | Path | None = None
     e = cfg.eval
     spec = (
         f"llm:hf?path={cfg.model.base}&device={device}&dtype={e.dtype or cfg.model.dtype}"
-        f"&memory={e.memory}&retries={e.retries}&max_tokens={e.max_tokens}"
+        f"&memory={e.memory}&retries={e.retries}&max_tokens={e.max_tokens}&context={e.context}"
         f"&max_batch={e.max_in_flight}"
     )
     return spec + (f"&adapter={Path(adapter).resolve()}" if adapter else "")

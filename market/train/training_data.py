@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.llm.prompts import prompt_messages
+from agents.llm.prompts import PROMPT_TOKEN_BUDGET, prompt_messages
 from market.core.actions import ActionParseError, parse_action
 from market.core.seats import DESIGNER
 from market.record.transcript import (
@@ -76,7 +76,10 @@ class ExportFilter:
     """Which decisions to keep. ``agent`` is a glob on the header's seat spec (``llm*``,
     ``rule_expert``); ``min_reward`` applies to the step reward, ``min_return`` to the seat's
     episode return; ``valid_only`` keeps decisions whose reply parsed without fallback and whose
-    action the env accepted; ``include_scripted`` also renders scripted seats' decisions."""
+    action the env accepted; ``include_scripted`` also renders scripted seats' decisions.
+    ``max_prompt_tokens`` is the prompt budget scripted decisions are rendered at
+    (:func:`agents.llm.prompts.prompt_messages`): a seat trained on them must be sent prompts of
+    the same budget, or it sees another (fuller or more cut) prompt than it learnt from."""
 
     seats: Sequence[str] | None = None
     agent: str | None = None
@@ -85,6 +88,7 @@ class ExportFilter:
     min_return: float | None = None
     valid_only: bool = False
     include_scripted: bool = False
+    max_prompt_tokens: int | None = PROMPT_TOKEN_BUDGET
 
 
 @dataclass
@@ -137,7 +141,11 @@ def _action_reply(ev: StepEvent) -> tuple[str | None, str | None]:
     return json.dumps(data, separators=(",", ":")), action.action_type
 
 
-def iter_decisions(t: Transcript, include_scripted: bool = False) -> Iterator[dict[str, Any]]:
+def iter_decisions(
+    t: Transcript,
+    include_scripted: bool = False,
+    max_prompt_tokens: int | None = PROMPT_TOKEN_BUDGET,
+) -> Iterator[dict[str, Any]]:
     """Every live decision of a transcript as ``{"messages", "metadata"}`` (no filtering; a
     decision that cannot be rendered has ``messages`` None and ``metadata["skip"]`` saying why).
 
@@ -146,7 +154,12 @@ def iter_decisions(t: Transcript, include_scripted: bool = False) -> Iterator[di
     ``fallback``, ``attempts``, ``env_error``, ``step_reward`` (the seat's reward paid by this
     step), ``round_return`` (its rewards from this step through the step that closed the round),
     ``episode_return``, ``partial`` (the file was cut: returns cover the complete steps only).
+    Scripted and human decisions are rendered at ``max_prompt_tokens`` (see :class:`ExportFilter`).
     """
+
+    def render(obs: Any) -> Messages:
+        return prompt_messages(obs, max_tokens=max_prompt_tokens)
+
     per_step, totals = _returns(t)
     closers = _round_closers(t)
     humans = {s for s in t.header.seats if _is_human_seat(t, s)}
@@ -161,7 +174,7 @@ def iter_decisions(t: Transcript, include_scripted: bool = False) -> Iterator[di
         end = closers[closer_idx] if closer_idx < len(closers) else len(t.steps) - 1
         if ev.live:
             shown = obs if include_scripted or ev.seat in humans else None
-            yield _decision(t, ev, shown, per_step, totals, end, prompt_messages)
+            yield _decision(t, ev, shown, per_step, totals, end, render)
         if replayer is not None:
             replayer.advance()
 
@@ -280,7 +293,7 @@ def select_decisions(
     _check_seats(transcripts, flt.seats)
     for t in transcripts:
         counts.files += 1
-        for rec in iter_decisions(t, include_scripted=flt.include_scripted):
+        for rec in iter_decisions(t, flt.include_scripted, flt.max_prompt_tokens):
             counts.decisions += 1
             reason = _keep(rec, flt)
             if reason is not None:
