@@ -8,7 +8,11 @@ cents): the first (highest) unit at its value and every further unit at ``cap`` 
 Under a uniform second-price auction this is demand reduction: the high first unit wins a block,
 the low bids on the rest keep the price it pays down. It never negotiates (``wait``).
 
-Spec: ``py:market.train.teachers:CopyableBidder`` (parameter ``cap``, default 8).
+Spec: ``py:market.train.teachers:CopyableBidder`` (parameter ``cap``, default 8). ``cap`` may
+also be a ``|``-separated list (``cap=0|4|8|16|32``): each bidding decision then draws one of them
+uniformly from the agent's seeded stream, a population of copyable strategies in one teacher. A
+model distilled from it keeps that spread in its sampling, which is what GRPO needs to find which
+cap pays (docs/training.md, Measured (3)).
 """
 
 from __future__ import annotations
@@ -34,15 +38,20 @@ class CopyableBidder(BaseAgent):
 
     def __init__(self, cap: float | str = 8.0) -> None:
         super().__init__()
+        parts = str(cap).split("|") if isinstance(cap, str) else [cap]
         try:
-            self.cap = float(cap)
+            self.caps = tuple(float(c) for c in parts)
         except (TypeError, ValueError):
-            raise ValueError(f"cap must be a number, got {cap!r}") from None
-        if self.cap < 0:
+            raise ValueError(
+                f"cap must be a number or numbers joined by '|', got {cap!r}"
+            ) from None
+        if any(not c >= 0 for c in self.caps):
             raise ValueError(f"cap must be at least 0, got {cap!r}")
+        self.cap = self.caps[0]
 
     def act(self, obs: Observation) -> ActionModel:
         if obs.phase != "bidding":
             return WAIT
-        bids = copyable_bids(obs, self.cap)
+        cap = self.caps[0] if len(self.caps) == 1 else self.caps[self.rng.integers(len(self.caps))]
+        bids = copyable_bids(obs, cap)
         return Bid.trusted(affordable(bids, obs.budget or 0.0, max(1, obs.capacity)))

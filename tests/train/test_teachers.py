@@ -102,3 +102,28 @@ def test_the_shipped_configs_train_on_the_copyable_teacher() -> None:
         cfg = load_config(path)
         assert cfg.data.teacher == "py:market.train.teachers:CopyableBidder", path
         assert isinstance(make_agent(cfg.data.teacher), CopyableBidder)
+
+
+def test_a_list_of_caps_draws_one_per_decision_from_the_seeded_stream() -> None:
+    observations = bidding_observations(range(12))
+    caps = (0.0, 4.0, 16.0)
+    teacher = make_agent("py:market.train.teachers:CopyableBidder?cap=0|4|16")
+    assert isinstance(teacher, CopyableBidder) and teacher.caps == caps
+    teacher.reset(7)
+    first = [teacher.act(o).model_dump()["bids"] for o in observations]
+    teacher.reset(7)
+    assert [teacher.act(o).model_dump()["bids"] for o in observations] == first  # seeded
+    used = set()
+    for obs, bids in zip(observations, first, strict=True):
+        shown = json.loads(SUGGESTION.search(user_message(obs)).group(1))["bids"]  # type: ignore[union-attr]
+        fits = [
+            c
+            for c in caps
+            if bids == (shown[:1] + [min(v, c) for v in shown[1:]])[: max(1, obs.capacity)]
+        ]
+        assert fits, f"{bids} is the suggestion {shown} under none of the caps {caps}"
+        if len(fits) == 1:
+            used.add(fits[0])
+    assert used == set(caps)  # every cap was drawn on some decision
+    with pytest.raises(ValueError, match="numbers joined by"):
+        CopyableBidder(cap="4|lots")
