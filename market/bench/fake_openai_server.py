@@ -53,7 +53,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 
 @dataclass
@@ -121,8 +121,8 @@ def _observation(body: dict[str, Any]) -> tuple[str, int, str, str]:
     at = next((i for i in range(len(said) - 1, -1, -1) if re.search(r"Round \d+", said[i])), None)
     prompt = _first_user(body) if at is None else said[at]
     later = "" if at is None else "\n".join(said[at + 1 :])
-    phase = (re.search(r"phase: (\w+)", prompt) or [None, "negotiation"])[1]
-    rnd = int((re.search(r"Round (\d+)", prompt) or [None, "0"])[1])
+    phase = cast(str, (re.search(r"phase: (\w+)", prompt) or [None, "negotiation"])[1])
+    rnd = int(cast(str, (re.search(r"Round (\d+)", prompt) or [None, "0"])[1]))
     now = re.findall(r"Now: round (\d+), phase (\w+)", later)
     if now:
         rnd, phase = int(now[-1][0]), now[-1][1]
@@ -154,9 +154,9 @@ def default_policy(body: dict[str, Any]) -> str:
     if phase != "bidding":
         return json.dumps({"action_type": "wait"})
     jobs = _json_after("Your jobs:", prompt) or []
-    budget = float((re.search(r"Your budget: ([\d.]+)", prompt) or [None, "0"])[1])
-    rel = float((re.search(r"block reliability ([\d.]+)", prompt) or [None, "1"])[1])
-    cap = int((re.search(r"This round: (\d+) blocks", prompt) or [None, "1"])[1])
+    budget = float(cast(str, (re.search(r"Your budget: ([\d.]+)", prompt) or [None, "0"])[1]))
+    rel = float(cast(str, (re.search(r"block reliability ([\d.]+)", prompt) or [None, "1"])[1]))
+    cap = int(cast(str, (re.search(r"This round: (\d+) blocks", prompt) or [None, "1"])[1]))
     owned = re.search(r"Blocks you own for rounds [^:]*: (\[[^\]]*\])", prompt)
     held = json.loads(owned.group(1)) if owned else [0]
     # what a conversation said changed after that observation
@@ -444,6 +444,7 @@ class FakeOpenAIServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # else delayed ACKs add ~40 ms to every reply
+            _headers_buffer: list[bytes]  # http.server's own buffer, not in its stubs
 
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass

@@ -29,7 +29,12 @@ from typing import Any
 
 from agents.llm.agent import LLMAgent
 from agents.llm.backends.base import RequestLimiter
-from agents.llm.backends.openai_backend import OpenAIBackend, aiohttp_available
+from agents.llm.backends.openai_backend import (
+    HttpClient,
+    OpenAIBackend,
+    ResponseFormat,
+    aiohttp_available,
+)
 from agents.scripted import TruthfulBidder
 from market.bench.config import BenchConfig, SectionResult, SectionSkipped, metric
 from market.environment.aec import raw_env
@@ -109,9 +114,9 @@ def run_llm_bench(
     concurrency: Sequence[int] = (1, 8),
     decisions: int = 200,
     model: str = "fake-model",
-    http_client: str = "auto",
+    http_client: HttpClient = "auto",
     api_key_env: str = "OPENAI_API_KEY",
-    response_format: str = "json_schema",
+    response_format: ResponseFormat = "json_schema",
 ) -> list[dict[str, Any]]:
     """Decisions/s through ``LLMAgent.aact`` at each concurrency limit; one row per limit, with
     ``speedup`` relative to the first. Read ``answered_speedup`` too: ``speedup`` counts decisions
@@ -124,7 +129,7 @@ def run_llm_bench(
         max_retries=0,
         http_client=http_client,
         response_format=response_format,
-    )  # type: ignore[arg-type]
+    )
 
     async def main() -> list[dict[str, Any]]:
         rows = [await _run_level(backend, observations, c, decisions) for c in concurrency]
@@ -214,7 +219,7 @@ def section_llm(config: BenchConfig) -> SectionResult:
     that measures the client stack (agent, limiter, openai client, HTTP), not a model. (With
     ``llm_hf`` the suite runs :func:`market.bench.llm_local.section_local_llm` instead.)"""
     if config.llm_base_url:
-        server = {"server": config.llm_base_url, "model": config.llm_model}
+        server: dict[str, Any] = {"server": config.llm_base_url, "model": config.llm_model}
         rows = _llm_levels(config, config.llm_base_url)
     else:
         server = {"server": "fake", "latency_ms": config.llm_latency_ms}

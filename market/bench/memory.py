@@ -7,7 +7,7 @@ import gc
 import os
 import sys
 import tracemalloc
-from typing import Any
+from typing import Any, cast
 
 from market.bench.config import BenchConfig, SectionResult, metric, run_in_subprocess
 from market.environment.aec import raw_env
@@ -61,7 +61,7 @@ def _reset_env(scenario: str, seed: int) -> Any:
 def env_memory_in_subprocess(scenario: str, count: int) -> dict[str, float]:
     """:func:`env_memory` in a fresh interpreter, so memory freed by earlier sections (which the
     allocator reuses without growing RSS) cannot hide the envs' footprint."""
-    return run_in_subprocess(__name__, "env_memory", scenario, count)
+    return cast(dict[str, float], run_in_subprocess(__name__, "env_memory", scenario, count))
 
 
 def section_memory(config: BenchConfig) -> SectionResult:

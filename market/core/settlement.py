@@ -29,7 +29,9 @@ from market.core.judge import (
     Judge,
     JudgeHistory,
     Verdict,
-    allocate_judge_pool,
+)
+from market.core.judge import (
+    allocate_judge_pool as allocate_judge_pool,  # re-exported: `replay --rejudge` patches it here
 )
 from market.core.ledger import issue_blocks, pay_for_block_rows, pay_operator
 from market.core.mechanisms import Mechanism, clear

@@ -514,6 +514,7 @@ __all__ = [
     "DEFAULT_SEEDS",
     "HONEST_TWINS",
     "NegotiationReport",
+    "SEAT",
     "Tally",
     "default_scenarios",
     "episode_first_best",

@@ -459,6 +459,7 @@ def _shadow_judge(other: Any, sink: list[tuple[list[Any], Any]]) -> Iterator[Non
     """Each time the market allocates the judge pool, also allocates it with ``other`` (and its
     own committee record) on the identical state; the market keeps the original verdicts.
     Collects (original verdicts, other's verdicts or the exception it raised)."""
+    # settlement re-exports allocate_judge_pool for this patch
     original = settlement.allocate_judge_pool
     signature = inspect.signature(original)
     if not {"judge", "history"} <= set(signature.parameters):

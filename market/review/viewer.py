@@ -16,7 +16,7 @@ cursor of, or retitle the reader's terminal.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -380,7 +380,7 @@ def render_transcript(
     ep = episode_from(path_or_obj)
     rounds = sorted(
         (r for r in ep.rounds if isinstance(r, Mapping)),
-        key=lambda r: r.get("round") if isinstance(r.get("round"), int) else -1,
+        key=lambda r: cast(int, r.get("round")) if isinstance(r.get("round"), int) else -1,
     )
     if round is not None:
         rounds = [r for r in rounds if r.get("round") == round]

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agents.registry import AgentSpecError, make_agent
 from agents.specs_redact import redact_spec
@@ -26,10 +26,14 @@ from market.core.scenario_schema import RUN_ONLY_KEYS, Scenario
 from market.core.seats import DESIGNER
 from market.record.writer import first_difference
 from market.run.agent_code import agents_code, describe_code_change
+from market.run.deadlines import with_agent_timeout
 from market.run.jobs import EpisodeJob, EpisodeLines, RunConfigError, episode_lines, json_line
-from market.run.rollout import resolve_seats, with_agent_timeout
+from market.run.rollout import resolve_seats
 from market.version import __version__
 from scenarios import load_scenario
+
+if TYPE_CHECKING:
+    from pydantic.main import IncEx
 
 FORMAT = 1
 MANIFEST = "run.json"
@@ -59,7 +63,7 @@ def config_hash(
     hashed with their secrets masked: a new token for the same agent service is the same run
     (and the hash, which rows and the manifest carry, is no test for guessing the token)."""
     payload: dict[str, Any] = {
-        "scenario": scenario.model_dump(mode="json", exclude=NOT_CONFIG),
+        "scenario": scenario.model_dump(mode="json", exclude=cast("IncEx", NOT_CONFIG)),
         "seats": dict(sorted(shown_seats(seats).items())),
     }
     if code is not None:
@@ -70,7 +74,9 @@ def config_hash(
 
 def scenario_digest(scenario: Scenario) -> str:
     text = json.dumps(
-        scenario.model_dump(mode="json", exclude=NOT_CONFIG), sort_keys=True, separators=(",", ":")
+        scenario.model_dump(mode="json", exclude=cast("IncEx", NOT_CONFIG)),
+        sort_keys=True,
+        separators=(",", ":"),
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -264,12 +264,12 @@ def scenario_figures(
     fb = _series(own, lambda s: own.lines[s]["first_best"])
     actual = _series(own, lambda s: welfare(own.rows[s]))
     spot_w = _series(spot, lambda s: welfare(spot.rows[s]))
-    for metric, a, b, subject, versus in (
+    for metric, subject_w, versus_w, subject, versus in (
         ("negotiable", fb, spot_w, "first_best", SPOT_ONLY),
         ("captured", actual, spot_w, OWN, SPOT_ONLY),
         ("left", fb, actual, "first_best", OWN),
     ):
-        mean, half, n = paired(a, b)
+        mean, half, n = paired(subject_w, versus_w)
         out.append(
             Figure(
                 scenario,
@@ -280,15 +280,22 @@ def scenario_figures(
                 n,
                 mean,
                 half,
-                _mean(a.values()),
-                _mean(b.values()),
+                _mean(subject_w.values()),
+                _mean(versus_w.values()),
             )
         )
     negotiable, captured = out[-3], out[-2]
-    share = captured.mean / negotiable.mean if negotiable.mean > 0 else math.nan
+    captured_share = captured.mean / negotiable.mean if negotiable.mean > 0 else math.nan
     out.append(
         Figure(
-            scenario, "welfare", "share_captured", OWN, "first_best", captured.n, share, math.nan
+            scenario,
+            "welfare",
+            "share_captured",
+            OWN,
+            "first_best",
+            captured.n,
+            captured_share,
+            math.nan,
         )
     )
     return out

@@ -113,7 +113,7 @@ def _augment(
     """Give job ``start`` one more block: a free block of its rounds, or one freed by moving an
     earlier job's block to another round of its own (breadth-first); True when it worked."""
     parent: dict[int, tuple[int, int] | None] = {}  # round -> (job that reached it, its round)
-    queue = deque()
+    queue: deque[int] = deque()
     for r in range(first, last + 1):
         if r not in parent:
             parent[r] = None

@@ -47,7 +47,7 @@ RESUBMITS = 3
 
 def _ray() -> Any:
     try:
-        import ray  # type: ignore[import-not-found]
+        import ray
     except ImportError:
         raise RayBackendError(
             "backend 'ray' needs Ray on this machine and on every node: "
@@ -69,7 +69,7 @@ def _check_workers(ray: Any) -> None:
     arrives: otherwise a node whose worker is still starting can lose every batch to a node that
     is already running (Ray hands a finished worker the next queued task of the same kind).
     """
-    from ray.util.scheduling_strategies import (  # type: ignore[import-not-found]
+    from ray.util.scheduling_strategies import (
         NodeAffinitySchedulingStrategy,
     )
 
@@ -183,7 +183,7 @@ def _play_batch(
     fn: Callable[[Any], Any], batch: list[tuple[int, Any]]
 ) -> Iterator[tuple[int, str, Any]]:
     """The Ray task: play each item and stream ``(position, node id, result)`` back as it ends."""
-    import ray  # type: ignore[import-not-found]
+    import ray
 
     node = ray.get_runtime_context().get_node_id()
     for position, item in batch:

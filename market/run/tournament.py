@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from openskill.models import PlackettLuce
 
@@ -39,9 +39,10 @@ from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER
 from market.run.agent_code import describe_code_change
 from market.run.conduct_table import seat_score, summarize
+from market.run.deadlines import with_agent_timeout
 from market.run.health import judge_counts, seat_counts
 from market.run.ray_backend import RayBackendError, ray_map
-from market.run.rollout import mean_ci95, run_episode, with_agent_timeout
+from market.run.rollout import mean_ci95, run_episode
 from market.run.tournament_plan import (
     FORMAT,
     MIXED_POPULATION,
@@ -141,7 +142,7 @@ def rate_games(
             table[a].returns.append(s)
         if len(names) < 2:
             continue
-        ranks = [1 + sum(other > s for other in scores) for s in scores]
+        ranks: list[float] = [1 + sum(other > s for other in scores) for s in scores]
         new = model.rate([[ratings[a]] for a in names], ranks=ranks)
         best = max(scores)
         winners = scores.count(best)
@@ -247,7 +248,7 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return cast("dict[str, Any] | None", json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
         raise TournamentError(f"{path}: unreadable manifest ({exc}); use another --out") from None
 

@@ -12,7 +12,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agents.registry import AgentSpecError, make_agent
 from market.core.scenario_schema import RUN_ONLY_KEYS, Scenario
@@ -20,6 +20,9 @@ from market.core.seats import DESIGNER
 from market.run.agent_code import agents_code
 from market.run.rollout import default_seats
 from scenarios import load_scenario
+
+if TYPE_CHECKING:
+    from pydantic.main import IncEx
 
 FORMAT = 1
 #: the bidder population designers face besides the scenario's own, cycled over the bidder seats
@@ -88,7 +91,8 @@ class Plan:
     def manifest(self) -> dict[str, Any]:
         # how long to wait for an agent is not what is played: a resume may change it
         dump = json.dumps(
-            self.scenario.model_dump(mode="json", exclude=RUN_ONLY_KEYS), sort_keys=True
+            self.scenario.model_dump(mode="json", exclude=cast("IncEx", RUN_ONLY_KEYS)),
+            sort_keys=True,
         )
         return {
             "format": FORMAT,

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, cast
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ class WorkerPool:
         reason = exit_reason(worker.process.exitcode)
         running, *waiting = worker.in_flight or [None]
         worker.in_flight = deque()
-        pending.extendleft((p, tasks[p]) for p in reversed(waiting))
+        pending.extendleft((p, tasks[p]) for p in reversed(cast(list[int], waiting)))
         self.workers.remove(worker)
         if running is None:  # it died before taking a task, e.g. in its initializer
             self._deaths_without_task += 1

@@ -31,7 +31,7 @@ from agents.registry import make_agent
 from agents.specs_redact import redact_spec
 from market.core.actions import parse_action
 from market.environment import Observation
-from market.serve.guards import DEFAULT_BODY_TIMEOUT_S, BearerGate, BodyLimit, OriginGuard
+from market.serve.guards import DEFAULT_BODY_TIMEOUT_S, BearerGate, BodyLimit, OriginGuard, Scope
 from market.serve.http_protocol import protocol_class
 
 #: the largest request body the service reads (bytes): an ``/act`` request of the largest
@@ -51,7 +51,7 @@ class ActBody(BaseModel):
     observation: Observation
 
 
-def _needs_token(scope: dict[str, Any]) -> bool:
+def _needs_token(scope: Scope) -> bool:
     return not (scope.get("method") == "GET" and scope.get("path") in OPEN_ROUTES)
 
 

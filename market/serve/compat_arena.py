@@ -202,7 +202,7 @@ class ArenaView:
         available = owned + [b for b in extra if b["block_id"] not in seen]
         coalitions = {c.coalition_id: c for c in obs.public_coalitions}
         coalitions.update({c.coalition_id: c for c in obs.coalitions or []})
-        active_coalitions = [
+        active_coalitions: list[dict[str, Any]] = [
             {
                 "coalition_id": c.coalition_id,
                 "members": [lab_of(m) for m in c.members],

@@ -88,7 +88,7 @@ def create_market_app(
         max_sessions_per_client,
         idle_timeout_s,
     )
-    app = create_fastapi_app(
+    app: FastAPI = create_fastapi_app(
         sessions.factory_for_requests,
         MarketAction,
         MarketObservation,

@@ -19,7 +19,7 @@ reopens a closed socket; its episode is gone, so that call should be a ``reset``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
@@ -28,15 +28,15 @@ from pydantic import BaseModel
 from market.serve.openenv_env import MarketAction, MarketObservation, MarketState
 
 
-class MarketEnvClient(EnvClient[MarketAction, MarketObservation, MarketState]):
+class MarketEnvClient(EnvClient[MarketAction, MarketObservation, MarketState]):  # type: ignore[misc]
     """The market's OpenEnv client (see the module docstring)."""
 
     def _step_payload(self, action: Any) -> dict[str, Any]:
         if isinstance(action, MarketAction):
-            return action.model_dump(mode="json")
+            return cast(dict[str, Any], action.model_dump(mode="json"))
         if isinstance(action, BaseModel):  # an action model of market.core.actions
             action = action.model_dump(mode="json", exclude_none=True)
-        return MarketAction(action=action).model_dump(mode="json")
+        return cast(dict[str, Any], MarketAction(action=action).model_dump(mode="json"))
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[MarketObservation]:
         fields = dict(payload.get("observation") or {})
@@ -51,7 +51,7 @@ class MarketEnvClient(EnvClient[MarketAction, MarketObservation, MarketState]):
         )
 
     def _parse_state(self, payload: dict[str, Any]) -> MarketState:
-        return MarketState.model_validate(payload)
+        return cast(MarketState, MarketState.model_validate(payload))
 
 
 __all__ = ["MarketEnvClient"]

@@ -96,7 +96,7 @@ class SessionCancelled(RuntimeError):
     """The session's work was stopped: its client left or the server is stopping."""
 
 
-class MarketAction(Action):
+class MarketAction(Action):  # type: ignore[misc]  # openenv ships no type information
     """One action of the learner's seat: ``{"action": {"action_type": "wait"}}``.
 
     ``action`` is an action of :mod:`market.core.actions` as a JSON object (or JSON text), the
@@ -109,7 +109,7 @@ class MarketAction(Action):
     )
 
 
-class MarketObservation(Observation):
+class MarketObservation(Observation):  # type: ignore[misc]
     """The learner's view at its turn (or at its seat's end, ``done=True``).
 
     ``observation`` is the seat's observation model as JSON (rebuild it with
@@ -136,7 +136,7 @@ class MarketObservation(Observation):
         return SeatObservation.model_validate(self.observation)
 
 
-class MarketState(State):
+class MarketState(State):  # type: ignore[misc]
     """The session's public bookkeeping (never the seed)."""
 
     scenario: str | None = None
@@ -167,7 +167,7 @@ class _Learner:
         raise RuntimeError("the OpenEnv learner's actions come from the client")
 
 
-class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState]):
+class MarketEnvironment(Environment[MarketAction, MarketObservation, MarketState]):  # type: ignore[misc]
     """The GPU market for one learner seat (see the module docstring).
 
     ``policy``: the agent specs a client's line-up may name (default: the built-in agents only;

@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from fastapi import WebSocket
 from openenv.core.env_server.serialization import deserialize_action, serialize_observation
@@ -94,7 +94,9 @@ def _is_text(text: str) -> bool:
 
 
 def _error(message: str, code: WSErrorCode, **extra: Any) -> str:
-    return WSErrorResponse(data={"message": message, "code": code, **extra}).model_dump_json()
+    return cast(
+        str, WSErrorResponse(data={"message": message, "code": code, **extra}).model_dump_json()
+    )
 
 
 class _Refused(Exception):
@@ -330,20 +332,26 @@ class Sessions:
                 observation = await loop.run_in_executor(
                     session.executor, lambda: env.reset(**data)
                 )
-                return WSObservationResponse(
-                    data=serialize_observation(observation)
-                ).model_dump_json()
+                return cast(
+                    str,
+                    WSObservationResponse(
+                        data=serialize_observation(observation)
+                    ).model_dump_json(),
+                )
             case "step":
                 action = deserialize_action(
                     WSStepMessage.model_validate(message).data, MarketAction
                 )
                 observation = await loop.run_in_executor(session.executor, lambda: env.step(action))
-                return WSObservationResponse(
-                    data=serialize_observation(observation)
-                ).model_dump_json()
+                return cast(
+                    str,
+                    WSObservationResponse(
+                        data=serialize_observation(observation)
+                    ).model_dump_json(),
+                )
             case "state":
                 WSStateMessage.model_validate(message)
-                return WSStateResponse(data=env.state.model_dump()).model_dump_json()
+                return cast(str, WSStateResponse(data=env.state.model_dump()).model_dump_json())
             case "close":
                 WSCloseMessage.model_validate(message)
                 return None

@@ -37,7 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agents.specs_redact import redact_spec
 from market.review.report.episode import episode_from, seat_sort_key
@@ -223,7 +223,7 @@ def value_units(run_dir: Path) -> dict[str, float | None]:
     name = manifest.get("scenario_name")
     if not isinstance(name, str) or not (_num(unit) > 0):
         return {}
-    return {name: float(unit)}
+    return {name: float(cast(float, unit))}
 
 
 def _aggregate(
