@@ -24,9 +24,9 @@ class Agent(Protocol):
 
     def reset(self, seed: int | None = None) -> None: ...
 
-    def act(self, observation: Observation) -> ActionModel | str | dict: ...
+    def act(self, observation: Observation) -> ActionModel | str | dict[str, Any]: ...
 
-    async def aact(self, observation: Observation) -> ActionModel | str | dict: ...
+    async def aact(self, observation: Observation) -> ActionModel | str | dict[str, Any]: ...
 
 
 class BaseAgent:
@@ -65,10 +65,10 @@ class BaseAgent:
     def rng(self, generator: np.random.Generator) -> None:
         self._rng = generator
 
-    def act(self, observation: Observation) -> ActionModel | str | dict:
+    def act(self, observation: Observation) -> ActionModel | str | dict[str, Any]:
         raise NotImplementedError
 
-    async def aact(self, observation: Observation) -> ActionModel | str | dict:
+    async def aact(self, observation: Observation) -> ActionModel | str | dict[str, Any]:
         return self.act(observation)
 
     def __repr__(self) -> str:

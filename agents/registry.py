@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl
 
 from agents.base import BaseAgent, unknown_parameter_message
@@ -50,34 +50,32 @@ from agents.scripted import (
 from agents.talk_off import TalkOffAgent, inner_spec
 from agents.torch_policy import TorchPolicyAgent
 
-REGISTRY: dict[str, Callable[..., BaseAgent]] = {
-    cls.name: cls
-    for cls in (
-        TruthfulBidder,
-        IdleBidder,
-        RandomValidBidder,
-        AlwaysAcceptBidder,
-        FixedDesigner,
-        RandomDesigner,
-        OfferSpammer,
-        CoalitionSpammer,
-        PitchSpammer,
-        ShaderBidder,
-        ColluderBidder,
-        DropoutBidder,
-        ExploiterBidder,
-        GreedyHoarder,
-        NoNegotiationBidder,
-        RuleExpert,
-        RuleDesigner,
-        DaedalusRobustDesigner,
-        *ARCHETYPES,
-        ShortSeller,
-        LiarBidder,
-        PromiseBreaker,
-        ReciprocalBidder,
-    )
-}
+_BUILT_INS: tuple[type[BaseAgent], ...] = (
+    TruthfulBidder,
+    IdleBidder,
+    RandomValidBidder,
+    AlwaysAcceptBidder,
+    FixedDesigner,
+    RandomDesigner,
+    OfferSpammer,
+    CoalitionSpammer,
+    PitchSpammer,
+    ShaderBidder,
+    ColluderBidder,
+    DropoutBidder,
+    ExploiterBidder,
+    GreedyHoarder,
+    NoNegotiationBidder,
+    RuleExpert,
+    RuleDesigner,
+    DaedalusRobustDesigner,
+    *ARCHETYPES,
+    ShortSeller,
+    LiarBidder,
+    PromiseBreaker,
+    ReciprocalBidder,
+)
+REGISTRY: dict[str, Callable[..., BaseAgent]] = {cls.name: cls for cls in _BUILT_INS}
 # agents that cannot play without a parameter (a checkpoint file): resolvable by name, but not
 # in REGISTRY, whose agents all play with no parameters (sweeps and tournaments rely on that)
 WITH_PARAMS: dict[str, Callable[..., BaseAgent]] = {
@@ -227,7 +225,7 @@ def _load_py(target: str) -> Callable[..., BaseAgent]:
         raise AgentSpecError(
             f"py:{target}: cannot import {module_name!r} ({exc}); is it installed or on PYTHONPATH?"
         ) from None
-    factory = getattr(module, attr, None)
+    factory: Callable[..., BaseAgent] | None = getattr(module, attr, None)
     if factory is None:
         raise AgentSpecError(f"py:{target}: module {module_name!r} has no attribute {attr!r}")
     return factory
@@ -243,7 +241,7 @@ def _resolve(name: str) -> Callable[..., BaseAgent]:
     found = plugins().get(name)
     if found is not None:
         try:
-            return found.load()
+            return cast("Callable[..., BaseAgent]", found.load())
         except Exception as exc:  # a broken plug-in must not take the registry down
             raise AgentSpecError(
                 f"plug-in agent {name!r} ({found.value}) failed to load: {exc}"

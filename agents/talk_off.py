@@ -43,7 +43,7 @@ class TalkOffAgent(BaseAgent):
         self.roles = frozenset(getattr(inner, "roles", ()))  # type: ignore[misc]
 
     # the runner sets these on the seat's agent and reads its stats: they belong to the inner one
-    @property  # type: ignore[override]
+    @property
     def stats(self) -> dict[str, float]:
         inner_stats = getattr(self.inner, "stats", None)
         return inner_stats if isinstance(inner_stats, dict) else {}
@@ -67,18 +67,20 @@ class TalkOffAgent(BaseAgent):
         super().reset(seed)
         self.inner.reset(seed)
 
-    def act(self, observation: Observation) -> ActionModel | str | dict:
+    def act(self, observation: Observation) -> ActionModel | str | dict[str, Any]:
         if observation.phase == "negotiation":
             return Wait()
-        return self.inner.act(observation)
+        action: ActionModel | str | dict[str, Any] = self.inner.act(observation)
+        return action
 
-    async def aact(self, observation: Observation) -> ActionModel | str | dict:
+    async def aact(self, observation: Observation) -> ActionModel | str | dict[str, Any]:
         if observation.phase == "negotiation":
             return Wait()
         inner_aact = getattr(self.inner, "aact", None)
         if inner_aact is None:
-            return self.inner.act(observation)
-        result: ActionModel | str | dict = await inner_aact(observation)
+            action: ActionModel | str | dict[str, Any] = self.inner.act(observation)
+            return action
+        result: ActionModel | str | dict[str, Any] = await inner_aact(observation)
         return result
 
 

@@ -53,12 +53,12 @@ def policy_net_class() -> type[Any]:
     torch = import_torch()
     nn = torch.nn
 
-    class PolicyNet(nn.Module):
+    class PolicyNet(nn.Module):  # type: ignore[name-defined,misc]  # torch: a lazy import, Any
         """MLP body (tanh) with a logits head over the menu and a value head."""
 
         def __init__(self, obs_size: int, n_actions: int, hidden: Sequence[int] = (64, 64)) -> None:
             super().__init__()
-            layers: list[nn.Module] = []
+            layers: list[Any] = []
             size = obs_size
             for width in hidden:
                 # skip_init: no draw from torch's global RNG; init_weights() uses our generator
@@ -68,7 +68,7 @@ def policy_net_class() -> type[Any]:
             self.logits = nn.utils.skip_init(nn.Linear, size, n_actions)
             self.value = nn.utils.skip_init(nn.Linear, size, 1)
 
-        def init_weights(self, generator: torch.Generator) -> None:
+        def init_weights(self, generator: Any) -> None:
             """Orthogonal weights (gain sqrt 2 in the body, 0.01 for logits so the start is near
             uniform over the unmasked entries, 1 for the value), zero biases."""
             for module, gain in [
@@ -80,7 +80,7 @@ def policy_net_class() -> type[Any]:
                     nn.init.orthogonal_(module.weight, gain, generator=generator)
                     module.bias.zero_()
 
-        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def forward(self, x: Any) -> tuple[Any, Any]:
             h = self.body(x)
             return self.logits(h), self.value(h).squeeze(-1)
 

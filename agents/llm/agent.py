@@ -480,7 +480,8 @@ class LLMAgent(BaseAgent):
                 self._account(outcome, time.perf_counter() - start, report)
                 messages, schema, params = decision.send(outcome)
         except StopIteration as stop:
-            return stop.value
+            action: ActionModel = stop.value
+            return action
 
     async def aact(self, observation: Observation) -> ActionModel:
         probe = self.mode == "auto" and bool(observation.legal_actions)
@@ -499,7 +500,8 @@ class LLMAgent(BaseAgent):
                     self._account(outcome, latency, report)
                     messages, schema, params = decision.send(outcome)
             except StopIteration as stop:
-                return stop.value
+                action: ActionModel = stop.value
+                return action
 
     async def _acall(
         self, messages: Messages, schema: dict[str, Any] | None, params: dict[str, Any]

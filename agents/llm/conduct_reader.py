@@ -465,7 +465,9 @@ def make_conduct_reader(spec: str = "rule") -> RuleReader | LLMConductReader:
         return RuleReader()
     cache = options.pop("cache", None)
     repairs = int(options.pop("repairs", 1))
-    params = {k: options.pop(k) for k in ("max_tokens", "temperature", "seed") if k in options}
+    params: dict[str, Any] = {
+        k: options.pop(k) for k in ("max_tokens", "temperature", "seed") if k in options
+    }
     if "model" not in options:
         raise ReaderSpecError(f"conduct reader spec {spec!r} needs model=NAME; {READER_SPEC_HELP}")
     try:

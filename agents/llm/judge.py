@@ -112,8 +112,12 @@ def clamp_scores(data: dict[str, Any]) -> bool:
     changed = False
     for d in DIMENSIONS:
         value = data.get(d)
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if number and math.isfinite(value) and not 0.0 <= value <= 1.0:
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and not 0.0 <= value <= 1.0
+        ):
             data[d] = min(1.0, max(0.0, float(value)))
             changed = True
     return changed

@@ -410,7 +410,7 @@ class Memory:
             return "\n\n".join(p for p in (note, opening, f"{now} {end}") if p)
 
         tail = turn_tail(obs, bool(tools))
-        variants = [
+        variants: list[tuple[str, bool, str | None]] = [
             (diff(tail), True, None),
             (f"{note}\n\n{full_user}" if note else full_user, False, None),
         ]

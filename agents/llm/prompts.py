@@ -102,7 +102,7 @@ def _legal_schema(kinds: tuple[str, ...], designer: bool) -> tuple[dict[str, Any
     if not classes:
         raise ValueError(f"no known action types among {kinds}")
     # a runtime union of the legal classes: Union[...] here, not X | Y (classes is a tuple)
-    tagged = Annotated[Union[classes], Field(discriminator="action_type")]  # noqa: UP007
+    tagged = Annotated[Union[classes], Field(discriminator="action_type")]  # type: ignore[valid-type]  # noqa: UP007
     union: Any = classes[0] if len(classes) == 1 else tagged
     if designer:
         union = Union[union, MechanismUpdate]  # noqa: UP007  (the flat DAEDALUS mechanism form)
@@ -147,7 +147,9 @@ def _type_text(prop: dict[str, Any]) -> str:
     kind = prop.get("type", "any")
     if kind == "array":
         return f"[{_type_text(prop.get('items', {}))},...]"
-    text = {"integer": "int", "number": "num", "string": "str", "boolean": "bool"}.get(kind, kind)
+    text: str = {"integer": "int", "number": "num", "string": "str", "boolean": "bool"}.get(
+        kind, kind
+    )
     low, high = prop.get("minimum"), prop.get("maximum")
     if high is not None and high >= 1000:  # a sanity bound, not a rule worth tokens
         high = None

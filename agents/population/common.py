@@ -7,10 +7,9 @@ from __future__ import annotations
 import math
 
 from agents.base import BaseAgent
-from agents.scripted import affordable
 from market.core.actions import Bid
 from market.core.mechanisms import first_price_equilibrium_bid
-from market.environment import Observation
+from market.environment import Observation, affordable
 
 PENALISING = frozenset({"penalize_suspected", "penalize_confirmed"})
 

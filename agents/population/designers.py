@@ -4,6 +4,8 @@ mechanism in DAEDALUS's own units."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from agents.base import BaseAgent
 from agents.population.common import StatefulAgent
 from agents.scripted import WAIT
@@ -79,7 +81,8 @@ class RuleDesigner(StatefulAgent):
             auction = auction or "second_price"
         if stats.welfare_ratio[-1] < 0.8:
             auction = auction or "second_price"
-            low = round(min(float(update.get("reserve_price", reserve)), 0.1 * mean_price), 2)
+            reserve_now = cast("float", update.get("reserve_price", reserve))
+            low = round(min(float(reserve_now), 0.1 * mean_price), 2)
             update["reserve_price"] = low
         if auction is not None:
             update["auction_type"] = auction

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from agents.population.common import price_floor
 from market.core.summation import ordered_sum
@@ -156,7 +157,7 @@ def _simulate(
         soft.sort(key=_value_first)
     # one row per job in scheduling order (deadline jobs first): [plan, blocks still needed,
     # rounds it can use, price it pays per block, without partial credit?]
-    rows = [
+    rows: list[list[Any]] = [
         [
             p,
             p.job.size - p.job.progress,
@@ -169,6 +170,10 @@ def _simulate(
     ]
     last = max((max(row[2]) for row in rows if row[2]), default=rounds.start - 1)
     spent = 0.0
+    need: int
+    ok: set[int]
+    cost: float
+    is_hard: bool
     for t in rounds:
         if t > last:  # no job can use a later round
             break

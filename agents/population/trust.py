@@ -136,9 +136,9 @@ class TrustLedger:
                 self.wrongs.append((now, c.seller, "contract delivered short"))
             else:
                 self._gain(c.seller)
-        for c in obs.contracts or ():
+        for view in obs.contracts or ():
             self._contracts.setdefault(
-                c.contract_id, _Contract(c.seller, c.buyer, c.delivery_round)
+                view.contract_id, _Contract(view.seller, view.buyer, view.delivery_round)
             )
         self._coalitions_seen(obs, now, me)
 

@@ -92,7 +92,7 @@ def engine_of(
     # the engine imports xgrammar and transformers' generation classes: not while another thread
     # loads a model (lazy imports are not thread-safe, see hf_loading)
     with LOAD_LOCK, loaded.state_lock:
-        engine = loaded.state.get("engine")
+        engine: BatchEngine | None = loaded.state.get("engine")
         if engine is None:
             engine = loaded.state["engine"] = BatchEngine(
                 loaded.model,
@@ -106,7 +106,7 @@ def engine_of(
                 fused=fused_kernels,
                 threads=mask_threads,
             )
-        return engine  # type: ignore[no-any-return]
+        return engine
 
 
 class HFBackend:
@@ -311,13 +311,14 @@ class HFBackend:
                 )
             max_new = min(max_new, loaded.max_positions - len(ids))
         timeout = p.get("timeout", self.timeout)
+        top_p = p.get("top_p")
         request = GenerationRequest(
             prompt_ids=list(ids),
             max_new=max_new,
             schema=schema if self.constrain else None,
             temperature=float(p.get("temperature") or 0.0),
             top_k=int(p.get("top_k") or 0),
-            top_p=float(p.get("top_p") if p.get("top_p") is not None else 1.0),
+            top_p=float(top_p if top_p is not None else 1.0),
             repetition_penalty=float(p.get("repetition_penalty") or 1.0),
             generator=self._generator_for(p),
             stop=p["stop"],

@@ -332,7 +332,7 @@ class StaticDecoder:
     def _set_length(self, slot: _Slot, length: int) -> None:
         """Point every layer of the slot's cache at ``length`` written columns."""
         for layer in getattr(slot.cache, "layers", []):
-            current = getattr(layer, "cumulative_length", None)
+            current: Any = getattr(layer, "cumulative_length", None)
             if hasattr(current, "fill_"):
                 current.fill_(length)
             elif current is not None:
@@ -385,7 +385,7 @@ class StaticDecoder:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
 
-        stream = torch.cuda.Stream(device=self.device)
+        stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call,unused-ignore]
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):

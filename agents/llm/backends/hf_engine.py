@@ -104,7 +104,7 @@ def bounded(schema: Any, name: str = "") -> Any:
         return [bounded(item, name) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in schema.items():
         if key == "properties" and isinstance(value, dict):
             out[key] = {prop: bounded(sub, prop) for prop, sub in value.items()}
@@ -231,7 +231,7 @@ class BatchEngine:
         forward = inspect.signature(model.forward).parameters
         cache_arg = "cache" if "cache" in forward else "past_key_values"
         self.pad_id = self._pad_id()
-        import xgrammar as xgr  # type: ignore[import-not-found]
+        import xgrammar as xgr
 
         self.xgr = xgr
         #: the most threads writing the rows' token masks (:func:`mask_threads`)

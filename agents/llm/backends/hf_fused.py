@@ -91,7 +91,7 @@ def fuse(model: Any) -> Fused:
     """Rewrite ``model``'s norms and MLPs in place and find its rotary rewrite (see the module
     docstring); each only where it agrees with the original. Idempotent: a model already fused
     returns its record."""
-    done = getattr(model, FUSED_ATTR, None)
+    done: Fused | None = getattr(model, FUSED_ATTR, None)
     if done is not None:
         return done
     import torch

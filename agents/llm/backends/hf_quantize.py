@@ -110,7 +110,7 @@ def quantize_int8(model: Any) -> int:
         # the deprecation of quantised tensors in favour of torchao (see the module docstring)
         warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*", category=UserWarning)
         warnings.filterwarnings("ignore", category=DeprecationWarning)
-        quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)  # type: ignore[no-untyped-call,unused-ignore]
     after = ordered_sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     return before - after
 

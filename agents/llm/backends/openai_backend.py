@@ -49,7 +49,7 @@ import time
 import weakref
 from collections.abc import AsyncGenerator
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -171,9 +171,10 @@ class OpenAIBackend:
     ) -> None:
         self.provider: Provider = preset(provider)
         if response_format is None:
-            response_format = (
-                "json_schema" if provider == "openai" else self.provider.response_format
-            )  # type: ignore[assignment]
+            response_format = cast(
+                "ResponseFormat",
+                "json_schema" if provider == "openai" else self.provider.response_format,
+            )
         if response_format not in RESPONSE_FORMATS:
             raise ValueError(
                 f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}"
@@ -204,8 +205,8 @@ class OpenAIBackend:
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
         self._rng = np.random.default_rng(retry_seed)  # backoff jitter only: no global RNG
-        self.response_format: ResponseFormat = response_format  # type: ignore[assignment]
-        self.requested_format: ResponseFormat = response_format  # type: ignore[assignment]
+        self.response_format: ResponseFormat = response_format
+        self.requested_format: ResponseFormat = response_format
         #: the tool-support probe's finding, for the caller to show (None: not probed yet)
         self.tool_probe: dict[str, Any] | None = None
         self.http_client = http_client
@@ -369,8 +370,13 @@ class OpenAIBackend:
         return any(word in text for word in _FORMAT_WORDS)
 
     def _after_error(
-        self, exc: Exception, fmt: str, schema: dict[str, Any] | None, retries: int, waited: float
-    ) -> tuple[str, float | None]:
+        self,
+        exc: Exception,
+        fmt: ResponseFormat,
+        schema: dict[str, Any] | None,
+        retries: int,
+        waited: float,
+    ) -> tuple[ResponseFormat, float | None]:
         """After a failed attempt: (format for the next attempt, seconds of backoff before it).
 
         A rejected response format switches to "none" for good and is repeated at once; a
@@ -481,6 +487,7 @@ class OpenAIBackend:
         try:
             client = self._sync_client()
             fmt, retries, waited = self.response_format, 0, 0.0
+            notes: list[str]
             while True:
                 start, notes = time.perf_counter(), []
                 try:
@@ -514,6 +521,7 @@ class OpenAIBackend:
         try:
             client = await self._async_client(pool)
             fmt, retries, waited = self.response_format, 0, 0.0
+            notes: list[str]
             while True:
                 start, notes = time.perf_counter(), []
                 try:
@@ -565,7 +573,7 @@ class OpenAIBackend:
         the decoded JSON reply. Raises the client's errors."""
         return self._sync_client().post(url, cast_to=object, body=body, options=self._options())
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self) -> openai.RequestOptions:
         # per request: a shared pool client may have been built by a backend with another timeout
         return {"timeout": self.timeout, "max_retries": 0}
 

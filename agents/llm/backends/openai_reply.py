@@ -121,8 +121,8 @@ def server_error_text(body: Any, fallback: str) -> str:
             text = inner
     elif isinstance(body, str) and body.strip():
         text = body
-    text = str(text if text else fallback).strip()
-    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
+    message = str(text if text else fallback).strip()
+    return message if len(message) <= ERROR_CHARS else message[: ERROR_CHARS - 3] + "..."
 
 
 def retry_after(exc: BaseException) -> float | None:

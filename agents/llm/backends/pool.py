@@ -33,9 +33,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, I
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 _ACTIVE: ContextVar[ClientPool | None] = ContextVar("gpumarket_client_pool", default=None)
+_Client = TypeVar("_Client")  # whatever a pool's client factory builds
 
 
 def active_pool() -> ClientPool | None:
@@ -111,7 +112,7 @@ class ClientPool:
         finally:
             _ACTIVE.reset(token)
 
-    async def client(self, key: Hashable, factory: Callable[[], Any]) -> Any:
+    async def client(self, key: Hashable, factory: Callable[[], _Client]) -> _Client:
         """The shared client for ``key`` on the running loop, built by ``factory()`` once."""
         loop = asyncio.get_running_loop()
         clients = self._clients.get(loop)
@@ -120,7 +121,7 @@ class ClientPool:
             closer = close_at_loop_shutdown(lambda: self._close_all(clients))
             await closer.__anext__()
             self._closers[loop] = closer
-        client = clients.get(key)
+        client: _Client | None = clients.get(key)
         if client is None:
             client = clients[key] = factory()
         return client
