@@ -118,6 +118,8 @@ class EvalSection(_Section):
     baselines: list[str] = Field(default_factory=lambda: ["truthful", "rule_expert"])
     base: bool = True  # also evaluate the base model without an adapter
     compare: list[str] = Field(default_factory=list)  # other adapters (run folders) to evaluate
+    # also evaluate every saved checkpoint: the held-out curve (market/train/heldout_curve.py)
+    checkpoints: bool = False
     max_tokens: int = Field(default=160, ge=1)
     # the LLM seat's context in tokens; the training prompts are rendered at the budget that this
     # context and max_tokens leave, so the seat is sent the prompts it learnt from

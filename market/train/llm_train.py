@@ -45,6 +45,13 @@ from market.run.evaluation import slug
 from market.run.rollout import mean_ci95
 from market.run.runner import run_scenario
 from market.train.grpo import EnvReward
+from market.train.heldout_curve import (
+    STEP_LABEL,
+    curve_start,
+    plot_heldout,
+    saved_checkpoints,
+    trained_steps,
+)
 from market.train.llm_config import TrainConfigError, TrainLLMConfig, load_config, seed_range
 from market.train.training_data import (
     ExportCounts,
@@ -253,7 +260,8 @@ def _common_args(
         "output_dir": str(out / "checkpoints"),
         "logging_steps": 1,
         "save_steps": save_steps,
-        "save_total_limit": 2,
+        # every checkpoint is kept when the eval plays them all (the held-out curve)
+        "save_total_limit": None if cfg.eval.checkpoints else 2,
         "seed": seed,
         "data_seed": seed,
         "report_to": "none",
@@ -436,11 +444,19 @@ def contenders(cfg: TrainLLMConfig, out: Path, device: str) -> list[tuple[str, s
     found: list[tuple[str, str]] = []
     if cfg.eval.base:
         found.append(("base", llm_spec(cfg, device)))
-    for other in cfg.eval.compare:
+    others = list(cfg.eval.compare)
+    start = curve_start(cfg, out)
+    if start and start != "base" and cfg.grpo.init and cfg.grpo.init not in others:
+        others.insert(0, cfg.grpo.init)  # the curve's step 0
+    for other in others:
         try:
             found.append((Path(other).name, llm_spec(cfg, device, resolve_adapter(other))))
         except ValueError as exc:
             raise TrainConfigError(f"eval.compare: {exc}") from None
+    if cfg.eval.checkpoints:
+        for step, folder in saved_checkpoints(out):
+            if step != trained_steps(cfg, out):  # the final adapter below is that checkpoint
+                found.append((STEP_LABEL.format(step=step), llm_spec(cfg, device, folder)))
     if (out / "adapter" / "adapter_config.json").is_file():
         found.append((out.name, llm_spec(cfg, device, out / "adapter")))
     found.extend((b, b) for b in cfg.eval.baselines)
@@ -497,6 +513,10 @@ def evaluate(cfg: TrainLLMConfig, out: Path, say: Say = _say) -> dict[str, Any]:
         report["scenarios"][scenario] = {"contenders": per, "paired": paired(returns)}
     (out / "eval.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     (out / "eval.md").write_text(eval_markdown(report), encoding="utf-8")
+    if cfg.eval.checkpoints:
+        final = out.name if (out / "adapter" / "adapter_config.json").is_file() else None
+        start = curve_start(cfg, out)
+        plot_heldout(report, out, start, final, trained_steps(cfg, out), cfg.eval.baselines)
     return report
 
 

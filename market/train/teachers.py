@@ -13,12 +13,16 @@ also be a ``|``-separated list (``cap=0|4|8|16|32``): each bidding decision then
 uniformly from the agent's seeded stream, a population of copyable strategies in one teacher. A
 model distilled from it keeps that spread in its sampling, which is what GRPO needs to find which
 cap pays (docs/training.md, Measured (3)).
+
+:class:`CopyableExpert` negotiates as ``rule_expert`` and bids the copyable bid: the teacher for
+scenarios where talk pays (coalition_market; docs/training.md, Measured (5)).
 """
 
 from __future__ import annotations
 
 from agents.base import BaseAgent
 from agents.llm.rules import MAX_VALUES
+from agents.population.expert import RuleExpert
 from agents.scripted import WAIT
 from market.core.actions import ActionModel, Bid
 from market.environment import Observation, affordable, marginal_values
@@ -55,3 +59,27 @@ class CopyableBidder(BaseAgent):
         cap = self.caps[0] if len(self.caps) == 1 else self.caps[self.rng.integers(len(self.caps))]
         bids = copyable_bids(obs, cap)
         return Bid.trusted(affordable(bids, obs.budget or 0.0, max(1, obs.capacity)))
+
+
+class CopyableExpert(BaseAgent):
+    """``rule_expert``'s negotiation with :class:`CopyableBidder`'s bids: every turn goes to an
+    inner :class:`~agents.population.expert.RuleExpert` (so its memory and trust stay whole);
+    a bid it returns is replaced by the copyable bid, any other action is played as it is."""
+
+    name = "copyable_expert"
+
+    def __init__(self, cap: float | str = 8.0) -> None:
+        super().__init__()
+        self.bidder = CopyableBidder(cap)
+        self.expert = RuleExpert()
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.bidder.reset(seed)
+        self.expert.reset(seed)
+
+    def act(self, obs: Observation) -> ActionModel:
+        action = self.expert.act(obs)
+        if isinstance(action, Bid):
+            return self.bidder.act(obs)
+        return action

@@ -127,3 +127,48 @@ def test_a_list_of_caps_draws_one_per_decision_from_the_seeded_stream() -> None:
     assert used == set(caps)  # every cap was drawn on some decision
     with pytest.raises(ValueError, match="numbers joined by"):
         CopyableBidder(cap="4|lots")
+
+
+def test_the_copyable_expert_negotiates_as_rule_expert_and_bids_the_copyable_bid() -> None:
+    """A rule_expert fed the same observations beside it proposes every action the copyable
+    expert plays, except that each of its bids is replaced by the copyable bid."""
+    from agents.population.expert import RuleExpert
+    from market.core.actions import Bid
+    from market.train.teachers import CopyableExpert, copyable_bids
+
+    played: dict[str, int] = {}
+    for seed in range(3):
+        teacher, shadow = CopyableExpert(cap=8), RuleExpert()
+        teacher.reset(seed), shadow.reset(seed)
+        env = market.raw_env("coalition_market")
+        env.reset(seed=seed)
+        for seat in env.agent_iter():
+            obs, _reward, term, trunc, _info = env.last()
+            if term or trunc:
+                env.step(None)
+                continue
+            if seat != "bidder_0":
+                env.step({"action_type": "wait"})
+                continue
+            action, expected = teacher.act(obs), shadow.act(obs)
+            if isinstance(expected, Bid):
+                bids = copyable_bids(obs, 8.0)[: max(1, obs.capacity)]
+                assert action.model_dump()["bids"] == bids
+            else:
+                assert action.model_dump() == expected.model_dump()
+            played[action.action_type] = played.get(action.action_type, 0) + 1
+            env.step(action.model_dump())
+    assert played.get("bid", 0) > 0
+    talk = set(played) - {"bid", "wait", "allocate_to_job"}
+    assert talk, f"the copyable expert never negotiated: {played}"
+
+
+def test_every_device_config_in_the_docs_loads_and_names_an_agent_that_exists() -> None:
+    """The configs docs/training.md ran with stay valid as the config schema moves."""
+    configs = sorted((Path(__file__).resolve().parents[2] / "docs" / "training").glob("*.toml"))
+    assert len(configs) >= 10
+    for path in configs:
+        cfg = load_config(path)
+        make_agent(cfg.data.teacher)
+        for spec in cfg.eval.baselines:
+            make_agent(spec)
