@@ -18,113 +18,43 @@ the last decision's messages, raw replies, parsed action and error for transcrip
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Generator, Mapping
 from typing import Any, Literal, Union
 from urllib.parse import parse_qsl
 
 from agents.base import BaseAgent
-from agents.llm.backends.base import (
-    RETRY_REASONS,
-    Backend,
-    BackendError,
-    CallReport,
-    Completion,
-    ToolCall,
-    announced,
-    expected_call,
-    reporting,
-)
-from agents.llm.backends.pool import ClientPool, Price, cost_usd, lookup_price
-from agents.llm.cache import occurrence_scope
-from agents.llm.conversation import first_tool_call, new_exchange, note_completion
-from agents.llm.decision_grammar import in_credits, seat_mode, seat_schema
-from agents.llm.memory import (
-    DEFAULT_CONTEXT,
-    DEFAULT_MEMORY,
-    Memory,
-    TokenCounter,
-)
+from agents.llm.backends.base import Backend, CallReport, Completion, announced, reporting
+from agents.llm.backends.pool import Price, cost_usd
+from agents.llm.calls import STAT_KEYS as STAT_KEYS  # named here by docs and tests
+from agents.llm.calls import Outcome, acomplete, complete, count_call, find_price
+from agents.llm.conversation import Conversation, new_exchange, note_backend_error
+from agents.llm.decision_grammar import seat_mode, seat_schema
+from agents.llm.memory import DEFAULT_CONTEXT, DEFAULT_MEMORY, Memory, TokenCounter
 from agents.llm.parsing import extract_json
-from agents.llm.prompts import (
-    Messages,
-    load_templates,
-    prompt_budget,
-    prompt_messages,
-    repair_message,
-)
-from agents.llm.reasoning import (
-    FIELD_RULE,
-    effort_value,
-    reasoning_mode,
-    reasoning_tokens,
-    split_think,
-)
-from agents.llm.spec import (
-    agent_arguments,
-    describe_error,
-    spec_provider,
-)
+from agents.llm.prompts import Messages, load_templates
+from agents.llm.prompts import prompt_messages as prompt_messages  # training data imports it here
+from agents.llm.reasoning import effort_value, reasoning_mode, split_think
+from agents.llm.reply_reader import Reading, read_reply, validate_value
+from agents.llm.reply_reader import SemanticError as SemanticError  # its old home
+from agents.llm.spec import agent_arguments, spec_provider
 from agents.llm.tools import (
-    TOOLS_RULE,
     action_tools,
     aprobe_tools,
-    assistant_tool_message,
-    call_to_action,
     decision_mode,
     probe_tools,
     tool_choice,
     tool_mode,
-    tool_result_message,
 )
 from agents.scripted import truthful_bid
-from market.core.action_checks import choices, validate_for
-from market.core.actions import (
-    ActionModel,
-    ActionParseError,
-    Bid,
-    Wait,
-    parse_action,
-)
+from market.core.actions import ActionModel, Bid, Wait
 from market.environment import Observation
 
 Fallback = Literal["safe", "truthful"]
-STAT_KEYS: tuple[str, ...] = (
-    "decisions",
-    "requests",
-    "retries",
-    "parse_failures",
-    "fallbacks",
-    "backend_errors",
-    "cache_hits",
-    "prompt_tokens",
-    "completion_tokens",
-    "latency_s",
-    "cost_usd",
-    *(f"retries_{reason}" for reason in RETRY_REASONS),
-    "retry_wait_s",
-    "queue_wait_s",
-    "reasoning_tokens",
-    "degraded_features",
-    "over_budget",
-    "semantic_refusals",
-    "repeated_replies",
-    "cutoffs",
-)
-MAX_ECHO_CHARS = 4_000  # a failed reply is echoed back this long in the repair message
-#: a repair after a reply that repeated an earlier one samples at least this hot, with a new seed
-REPEAT_TEMPERATURE = 0.7
-
-
-class SemanticError(ActionParseError):
-    """A well-formed action the env would refuse (``validate_for``), and the valid choices."""
-
 
 # ---------------------------------------------------------------------------------------------
 # the agent
 
-Outcome = Union[Completion, BaseException]  # noqa: UP007
 Request = tuple[Messages, Union[dict[str, Any], None], dict[str, Any]]  # noqa: UP007
 
 
@@ -250,32 +180,8 @@ class LLMAgent(BaseAgent):
         self.memory.reset()
 
     # --- one decision, as a coroutine-free generator: yields requests, receives outcomes -------
-    def _request_params(self) -> dict[str, Any]:
-        params = dict(self.params)
-        if self.send_seed and self._seed is not None:
-            params.setdefault("seed", self._seed)
-        if self.reasoning == "native":
-            params.setdefault("reasoning_effort", self.reasoning_effort)
-        return params
-
     def _validate_value(self, value: Any, obs: Observation, semantic: bool = True) -> ActionModel:
-        if isinstance(value, dict) and "action_type" not in value and "reasoning" in value:
-            value = {k: v for k, v in value.items() if k != "reasoning"}  # the flat mechanism form
-        action = in_credits(parse_action(value, designer=obs.role == "designer"))
-        if action.action_type not in obs.legal_actions:
-            raise ActionParseError(
-                f"{action.action_type} is not allowed in the {obs.phase} phase; legal now: {', '.join(obs.legal_actions)}"
-            )
-        if action.agent is not None and action.agent != obs.seat:
-            raise ActionParseError(
-                f"'agent' is {action.agent!r} but you are {obs.seat}; drop 'agent'"
-            )
-        if semantic and (reasons := validate_for(action, obs)):  # the env's checks: repair loop
-            raise SemanticError(
-                f"the market would refuse this {action.action_type}: {reasons[0]}. "
-                f"Valid now: {choices(obs, action.action_type)}"
-            )
-        return action
+        return validate_value(value, obs, semantic)  # a subclass may skip the semantic check
 
     def parse_reply(self, raw: str, obs: Observation, semantic: bool = True) -> ActionModel:
         """A reply as this seat turns it into an action: extracted, validated, its type legal now
@@ -296,144 +202,113 @@ class LLMAgent(BaseAgent):
     def _decide(
         self, obs: Observation, mode: str = "json", degraded: tuple[str, ...] = ()
     ) -> Generator[Request, Outcome, ActionModel]:
+        """One decision: yields each attempt's request, is sent its outcome (a completion or the
+        backend's exception) and returns the action. An unusable reply is repaired up to
+        ``retries`` times, then (or after a backend error) the fallback is played. The messages
+        are a :class:`Conversation`'s, the replies are read by :func:`read_reply`."""
         self.stats["decisions"] += 1
-        exchange = new_exchange(obs, self.model, degraded)
-        self.last_exchange = exchange
+        exchange = self.last_exchange = new_exchange(obs, self.model, degraded)
         if not obs.legal_actions:
-            action: ActionModel = Wait()
-            exchange.update(
-                action=action.model_dump(exclude_none=True),
-                error="no legal actions: not this seat's turn",
-            )
-            return action
-        tools = (
-            action_tools(obs.legal_actions, self.reasoning == "field") if mode == "tools" else None
-        )
-        schema = None if tools else self._schema(obs)
-        params = self._request_params()
-        if tools:
-            params.update(tools=tools, tool_choice=tool_choice(tools))
-            exchange["tools"] = [t["function"]["name"] for t in tools]
-        budget = prompt_budget(self.memory.context, self.params.get("max_tokens"))
-        base: Messages = prompt_messages(obs, self.templates, max_tokens=budget)
-        rules = [FIELD_RULE] if self.reasoning == "field" else []
-        rules += [TOOLS_RULE] if tools else []
-        if rules:
-            base[0] = {"role": "system", "content": "\n".join([base[0]["content"], *rules])}
-        memory = self.memory if self.memory.enabled else None
-        if memory is not None:
-            memory.begin(
-                obs, base[0]["content"], base[1]["content"], tools, self.params.get("max_tokens")
-            )
-            memory.messages()  # resolves the token counter
-            failure = memory.counter.failure
-            if failure and (memory.counter.kind != "auto" or failure.startswith("count")):
-                exchange["degraded"].append(f"token counter: {failure}; counted as characters")
-        if exchange["degraded"]:
-            self.stats["degraded_features"] += 1
-        extra: Messages = []
-        reply: dict[str, Any] | None = None
-        call: ToolCall | None = None
-        repeated = False
+            return self._no_turn(exchange)
+        tools, schema, params = self._request(obs, mode, exchange)
+        talk = self._conversation(obs, tools, exchange)
+        last: Reading | None = None  # the latest completion's reading
         for attempt in range(self.retries + 1):
-            if attempt:
+            if last is not None:  # the previous attempt's reply was unusable
                 self.stats["retries"] += 1
-                error = exchange["error"]
-                if repeated:  # the same reply again: change the prompt and the sampling
-                    error += " Your reply repeated an earlier reply word for word; write another."
-                    hot = max(float(params.get("temperature") or 0.0), REPEAT_TEMPERATURE)
-                    params = {**params, "temperature": hot}
-                    if "seed" in params:
-                        params["seed"] = (int(params["seed"]) + attempt) % (2**31)
-                fix = repair_message(error, obs, self.templates)
-                if call is not None:
-                    extra += [assistant_tool_message(call), tool_result_message(call.id, fix)]
-                else:
-                    echo = (exchange["raw"] or "")[:MAX_ECHO_CHARS]
-                    extra += [
-                        {"role": "assistant", "content": echo},
-                        {"role": "user", "content": fix},
-                    ]
-            if memory is not None:
-                messages, info = memory.messages(extra)
+                params = talk.repair(last, params, attempt)
+            messages, info = talk.messages()
+            if info is not None:
                 exchange["memory"] = info
                 self.stats["over_budget"] += bool(info["over_budget"])
-            else:
-                messages = [*base, *extra]
-            exchange["messages"] = messages
-            exchange["attempts"] = attempt + 1
+            exchange.update(messages=messages, attempts=attempt + 1)
             outcome = yield messages, schema, params
             if not isinstance(outcome, Completion):
-                exchange["error"] = (
-                    f"backend error: {outcome}"
-                    if str(outcome)
-                    else f"backend error: {type(outcome).__name__}"
-                )
-                exchange["errors"].append(exchange["error"])
+                note_backend_error(exchange, outcome)
                 break
-            exchange["raw"] = outcome.text
-            self.stats["degraded_features"] += note_completion(exchange, outcome.extra)
-            repeated = outcome.text in exchange["raw_replies"]
-            self.stats["repeated_replies"] += repeated
-            exchange["raw_replies"].append(outcome.text)
-            text, think = split_think(outcome.text)
-            calls = list(getattr(outcome, "tool_calls", None) or []) if tools else []
-            call = first_tool_call(calls, obs, int(self.stats["decisions"]), exchange)
-            reply = assistant_tool_message(call) if call else {"role": "assistant", "content": text}
-            field = None
-            try:
-                value = call_to_action(call) if call else extract_json(text)
-                if isinstance(value, dict) and isinstance(value.get("reasoning"), str):
-                    field = value["reasoning"]
-                action = self._validate_value(value, obs)
-            except ActionParseError as exc:
-                kind = "semantic_refusals" if isinstance(exc, SemanticError) else "parse_failures"
-                self.stats[kind] += 1
-                exchange["error"] = str(exc)
-                exchange["errors"].append(str(exc))
-                continue
-            finally:
-                exchange["reasoning"], n = reasoning_tokens(
-                    outcome, [outcome.reasoning, think, field], self.memory.counter.count
-                )
-                self.stats["reasoning_tokens"] += n
-            exchange.update(action=action.model_dump(exclude_none=True), error=None)
-            if memory is not None:
-                memory.remember(reply, exchange["action"], False, call.id if call else None)
-            return action
+            last = self._read(outcome, obs, exchange, bool(tools))
+            if last.action is not None:
+                talk.remember(last, exchange["action"], fallback=False)
+                return last.action
         self.stats["fallbacks"] += 1
         action = self.fallback_action(obs)
         exchange.update(action=action.model_dump(exclude_none=True), fallback=True)
-        if memory is not None:
-            memory.remember(reply, exchange["action"], True, call.id if call else None)
+        talk.remember(last, exchange["action"], fallback=True)
         return action
 
+    @staticmethod
+    def _no_turn(exchange: dict[str, Any]) -> ActionModel:
+        """An observation with no legal action: wait, asking the model nothing."""
+        action = Wait()
+        error = "no legal actions: not this seat's turn"
+        exchange.update(action=action.model_dump(exclude_none=True), error=error)
+        return action
+
+    def _request(
+        self, obs: Observation, mode: str, exchange: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]] | None, dict[str, Any] | None, dict[str, Any]]:
+        """A decision's function tools (``mode == "tools"``, else None), schema and parameters."""
+        field = self.reasoning == "field"
+        tools = action_tools(obs.legal_actions, field) if mode == "tools" else None
+        schema = None if tools else self._schema(obs)
+        params = dict(self.params)
+        if self.send_seed and self._seed is not None:
+            params.setdefault("seed", self._seed)
+        if self.reasoning == "native":
+            params.setdefault("reasoning_effort", self.reasoning_effort)
+        if tools:
+            params.update(tools=tools, tool_choice=tool_choice(tools))
+            exchange["tools"] = [t["function"]["name"] for t in tools]
+        return tools, schema, params
+
+    def _conversation(
+        self, obs: Observation, tools: list[dict[str, Any]] | None, exchange: dict[str, Any]
+    ) -> Conversation:
+        """The decision's conversation; a decision with a degraded feature is counted once."""
+        talk = Conversation(
+            obs,
+            self.templates,
+            self.memory,
+            tools,
+            reply_tokens=self.params.get("max_tokens"),
+            field_rule=self.reasoning == "field",
+        )
+        if talk.degraded:
+            exchange["degraded"].append(talk.degraded)
+        self.stats["degraded_features"] += bool(exchange["degraded"])
+        return talk
+
+    def _read(
+        self, outcome: Completion, obs: Observation, exchange: dict[str, Any], tools: bool
+    ) -> Reading:
+        """Read one completion (:func:`read_reply`, with this seat's ``_validate_value``) and
+        count it in ``stats``."""
+        reading = read_reply(
+            outcome,
+            obs,
+            exchange,
+            tools=tools,
+            decision=int(self.stats["decisions"]),  # names a tool call that has no id
+            validate=self._validate_value,
+            count=self.memory.counter.count,
+        )
+        self.stats["degraded_features"] += reading.degraded
+        self.stats["repeated_replies"] += reading.repeated
+        self.stats["reasoning_tokens"] += reading.reasoning_tokens
+        if reading.error is not None:
+            self.stats["semantic_refusals" if reading.semantic else "parse_failures"] += 1
+        return reading
+
     def _account(self, outcome: Outcome, latency: float, report: CallReport | None = None) -> None:
-        stats = self.stats
-        stats["requests"] += 1
-        if report is not None:  # transport retries and the wait for a slot, success or not
-            for reason, count in report.retries.items():
-                stats[f"retries_{reason}"] = stats.get(f"retries_{reason}", 0) + count
-            stats["retry_wait_s"] += report.retry_wait_s
-            stats["queue_wait_s"] += report.queued_s
-            latency = max(0.0, latency - report.queued_s)  # latency excludes the queue
-        stats["latency_s"] += latency
-        if not isinstance(outcome, Completion):
-            stats["backend_errors"] += 1
+        paid = count_call(self.stats, outcome, latency, report)
+        if paid is None:  # a backend error or a cache hit: nothing to pay
             return
-        stats["prompt_tokens"] += outcome.prompt_tokens
-        stats["cutoffs"] += outcome.extra.get("finish_reason") == "length"  # the token limit
-        stats["completion_tokens"] += outcome.completion_tokens
-        if outcome.cached:
-            stats["cache_hits"] += 1
-            return
-        price = self.price_of(outcome.model)
+        tokens = paid.prompt_tokens, paid.completion_tokens
+        price = self.price_of(paid.model)
         if self.budget is not None:  # charged at the seat's price, so the run total is their sum
-            self.budget.charge(
-                outcome.model or self.model, outcome.prompt_tokens, outcome.completion_tokens, price
-            )
+            self.budget.charge(paid.model or self.model, *tokens, price)
         if price is not None:
-            stats["cost_usd"] += cost_usd(price, outcome.prompt_tokens, outcome.completion_tokens)
+            self.stats["cost_usd"] += cost_usd(price, *tokens)
 
     def price_of(self, model: str | None = None) -> Price | None:
         """USD per million prompt and completion tokens of a completion by ``model`` (the name
@@ -441,13 +316,8 @@ class LLMAgent(BaseAgent):
         budget's table (``--price``); each looked up by the reported name, then by the seat's
         model name. None when neither prices it."""
         names = [n for n in (model, self.model) if n]
-        tables = [self.prices, self.budget.prices if self.budget is not None else {}]
-        for table in tables:
-            for name in names:
-                price = lookup_price(table, name)
-                if price is not None:
-                    return price
-        return None
+        run_prices = self.budget.prices if self.budget is not None else {}
+        return find_price([self.prices, run_prices], names)
 
     def _schema(self, obs: Observation) -> dict[str, Any] | None:
         reasoning = self.reasoning == "field"  # the hf backend: this decision's own grammar
@@ -466,17 +336,8 @@ class LLMAgent(BaseAgent):
             messages, schema, params = next(decision)
             while True:
                 start = time.perf_counter()
-                outcome: Outcome
                 with reporting() as report:
-                    try:
-                        with occurrence_scope(self._occurrences):
-                            outcome = self.backend.complete(messages, schema, params)
-                    except Exception as exc:  # a backend failure never escapes a seat
-                        outcome = (
-                            exc
-                            if isinstance(exc, BackendError)
-                            else BackendError(describe_error(exc))
-                        )
+                    outcome = complete(self.backend, messages, schema, params, self._occurrences)
                 self._account(outcome, time.perf_counter() - start, report)
                 messages, schema, params = decision.send(outcome)
         except StopIteration as stop:
@@ -496,50 +357,20 @@ class LLMAgent(BaseAgent):
                 messages, schema, params = next(decision)
                 while True:
                     with reporting() as report:
-                        outcome, latency = await self._acall(messages, schema, params)
+                        outcome, latency = await acomplete(
+                            self.backend,
+                            messages,
+                            schema,
+                            params,
+                            occurrences=self._occurrences,
+                            limiter=self.limiter,
+                            timeout=self.call_timeout,
+                        )
                     self._account(outcome, latency, report)
                     messages, schema, params = decision.send(outcome)
             except StopIteration as stop:
                 action: ActionModel = stop.value
                 return action
-
-    async def _acall(
-        self, messages: Messages, schema: dict[str, Any] | None, params: dict[str, Any]
-    ) -> tuple[Outcome, float]:
-        start = time.perf_counter()
-        try:
-            if isinstance(self.limiter, ClientPool):  # the backend takes the pool's slots itself
-                with self.limiter.active():
-                    return await self._arequest(
-                        messages, schema, params
-                    ), time.perf_counter() - start
-            if self.limiter is not None:
-                if self.limiter.full() and (ticket := expected_call()) is not None:
-                    ticket.settle()  # a batch must not wait for a call that waits for a slot
-                async with self.limiter:
-                    start = time.perf_counter()  # latency excludes the wait for a slot
-                    return await self._arequest(
-                        messages, schema, params
-                    ), time.perf_counter() - start
-            return await self._arequest(messages, schema, params), time.perf_counter() - start
-        except Exception as exc:
-            outcome = exc if isinstance(exc, BackendError) else BackendError(describe_error(exc))
-            return outcome, time.perf_counter() - start
-
-    async def _arequest(
-        self, messages: Messages, schema: dict[str, Any] | None, params: dict[str, Any]
-    ) -> Completion:
-        with occurrence_scope(self._occurrences):  # wait_for's task copies this context
-            call = self.backend.acomplete(messages, schema, params)
-            if self.call_timeout is None:
-                return await call
-            try:
-                return await asyncio.wait_for(call, self.call_timeout)
-            except TimeoutError:
-                pass
-        raise BackendError(
-            f"model {self.model}: no reply within call_timeout={self.call_timeout:g}s"
-        )
 
     # --- construction from a spec --------------------------------------------------------------
     @classmethod
