@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,25 +23,33 @@ from market.train.teachers import CopyableBidder
 SUGGESTION = re.compile(r"worth to you would be (\{.*\})\.")
 
 
+def play_bidder_0(
+    scenario: str, seed: int, decide: Callable[[Observation], dict[str, Any]]
+) -> None:
+    """One episode of ``scenario``: ``decide`` plays bidder_0, every other seat waits."""
+    env = market.raw_env(scenario)
+    env.reset(seed=seed)
+    for seat in env.agent_iter():
+        obs, _reward, term, trunc, _info = env.last()
+        if term or trunc:
+            env.step(None)
+        else:
+            env.step(decide(obs) if seat == "bidder_0" else {"action_type": "wait"})
+
+
 def bidding_observations(seeds: range) -> list[Observation]:
     """Every bidder_0 bidding observation of market_round over ``seeds``, the teacher playing
     bidder_0 and the other seats waiting."""
     out: list[Observation] = []
     teacher = CopyableBidder()
+
+    def decide(obs: Observation) -> dict[str, Any]:
+        if obs.phase == "bidding":
+            out.append(obs)
+        return teacher.act(obs).model_dump()
+
     for seed in seeds:
-        env = market.raw_env("market_round")
-        env.reset(seed=seed)
-        for seat in env.agent_iter():
-            obs, _reward, term, trunc, _info = env.last()
-            if term or trunc:
-                env.step(None)
-                continue
-            if seat == "bidder_0":
-                if obs.phase == "bidding":
-                    out.append(obs)
-                env.step(teacher.act(obs).model_dump())
-            else:
-                env.step({"action_type": "wait"})
+        play_bidder_0("market_round", seed, decide)
     return out
 
 
@@ -140,24 +150,18 @@ def test_the_copyable_expert_negotiates_as_rule_expert_and_bids_the_copyable_bid
     for seed in range(3):
         teacher, shadow = CopyableExpert(cap=8), RuleExpert()
         teacher.reset(seed), shadow.reset(seed)
-        env = market.raw_env("coalition_market")
-        env.reset(seed=seed)
-        for seat in env.agent_iter():
-            obs, _reward, term, trunc, _info = env.last()
-            if term or trunc:
-                env.step(None)
-                continue
-            if seat != "bidder_0":
-                env.step({"action_type": "wait"})
-                continue
-            action, expected = teacher.act(obs), shadow.act(obs)
+
+        def decide(obs: Observation) -> dict[str, Any]:
+            action, expected = teacher.act(obs), shadow.act(obs)  # noqa: B023 (called now)
             if isinstance(expected, Bid):
                 bids = copyable_bids(obs, 8.0)[: max(1, obs.capacity)]
                 assert action.model_dump()["bids"] == bids
             else:
                 assert action.model_dump() == expected.model_dump()
             played[action.action_type] = played.get(action.action_type, 0) + 1
-            env.step(action.model_dump())
+            return action.model_dump()
+
+        play_bidder_0("coalition_market", seed, decide)
     assert played.get("bid", 0) > 0
     talk = set(played) - {"bid", "wait", "allocate_to_job"}
     assert talk, f"the copyable expert never negotiated: {played}"
