@@ -179,6 +179,8 @@ def test_a_page_of_another_origin_may_not_post(base_url: str) -> None:
 DOC = Path(__file__).resolve().parents[2] / "docs" / "llm-seats.md"
 SECTION = "### The prompt-only stand-in: a competent model"
 MEASURED = DOC.parent / "data" / "leaderboard-stand-in.csv"
+SETTINGS = "### Settings with the stand-in: what a competent reader loses"
+SETTINGS_CSV = DOC.parent / "data" / "leaderboard-stand-in-settings.csv"
 
 
 def documented_commands() -> list[list[str]]:
@@ -214,7 +216,7 @@ def test_the_docs_table_is_the_measured_file() -> None:
     with MEASURED.open(encoding="utf-8") as f:
         measured = list(csv.DictReader(f))
     text = DOC.read_text(encoding="utf-8")
-    section = text[text.index(SECTION) : text.index("## Model leaderboard")]
+    section = text[text.index(SECTION) : text.index(SETTINGS)]
     shown = [
         [cell.strip() for cell in line.strip("|").split("|")]
         for line in section.splitlines()
@@ -237,3 +239,33 @@ def test_the_docs_table_is_the_measured_file() -> None:
             assert cells[0] == ("stand-in" + (f" `{extra}`" if extra else ""))
             assert cells[8] == row["stats.semantic_refusals"] == "0"
             assert cells[9] == f"{int(row['prompt_tokens']):,}"
+
+
+def test_the_settings_table_is_the_measured_file_and_every_setting_played_alike() -> None:
+    """The settings table shows the committed sweep: per (scenario, seat) the reference, one
+    stand-in return shared by all nine settings, its paired difference and the worst rates."""
+    with SETTINGS_CSV.open(encoding="utf-8") as f:
+        measured = list(csv.DictReader(f))
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index(SETTINGS) : text.index("## Model leaderboard")]
+    shown = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| ") and "±" in line and "95% CI" not in line
+    ]
+    assert len(shown) == 4
+    for cells in shown:
+        rows = [r for r in measured if r["scenario"] == cells[0] and f"`{r['seat']}`" == cells[1]]
+        ref = next(r for r in rows if r["is_reference"] == "True")
+        played = [r for r in rows if r["is_reference"] != "True"]
+        assert len(played) == 9 and cells[5] == "9 of 9"
+        assert len({(r["mean"], r["ci95"], r["diff_mean"]) for r in played}) == 1
+        one = played[0]
+        assert cells[2] == f"`{ref['agent']}` {float(ref['mean']):.3f} ± {float(ref['ci95']):.3f}"
+        assert cells[3] == f"{float(one['mean']):.3f} ± {float(one['ci95']):.3f}"
+        assert cells[
+            4
+        ] == f"{float(one['diff_mean']):+.3f} ± {float(one['diff_ci95']):.3f}".replace("+-", "-")
+        assert cells[6] == f"{sum(int(float(r['decisions'])) for r in played):,}"
+        assert cells[7] == f"{max(float(r['invalid_rate'] or 0) for r in played):.3f}"
+        assert cells[8] == f"{max(float(r['fallback_rate'] or 0) for r in played):.3f}"
