@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from market.core import coalitions as coal
 from market.core import execution, ledger, negotiation
 from market.core.actions import LeaveCoalition
 from market.core.mechanisms import Mechanism
+from market.core.round_close import RewardEvent, breach_rewards
 from market.core.shocks import Shock
+from market.core.summation import ordered_sum
 from market.core.world import World
 
 
@@ -86,3 +90,30 @@ def retire_lab(
         )
         penalties.append(penalty)
     return breaches, penalties
+
+
+def retirement_rewards(
+    world: World,
+    lab_index: int,
+    breaches: list[execution.Breach],
+    penalties: list[float],
+    potential: np.ndarray,
+) -> list[RewardEvent]:
+    """The reward events of lab ``lab_index``'s retirement (:func:`retire_lab`'s breaches and
+    coalition-exit penalties), in the order they accrue: each breach's
+    (:func:`~market.core.round_close.breach_rewards`), each penalty as ``withdrawal_penalty``,
+    then the change of its job value, ``sum(Job.potential())`` in job order, as ``job_value``
+    (its live jobs settled at retirement); ``potential`` is updated in place."""
+    events = [e for breach in breaches for e in breach_rewards(breach)]
+    events += [(lab_index, "withdrawal_penalty", -penalty) for penalty in penalties]
+    delta = ordered_sum(j.potential() for j in world.labs[lab_index].jobs) - potential[lab_index]
+    potential[lab_index] += delta
+    events.append((lab_index, "job_value", delta))
+    return events
+
+
+def start_jobs(world: World, r: int) -> None:
+    """Activate round ``r``'s jobs of every active lab (:func:`~market.core.execution.activate_jobs`)."""
+    for lab in world.labs:
+        if lab.active:
+            execution.activate_jobs(lab.jobs, r)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from market.core.actions import ActionModel
 from market.core.ledger import ActionError
+from market.core.scenario_schema import Scenario
 from market.core.seats import DESIGNER
 
 TALK_ACTIONS = frozenset(
@@ -62,3 +63,12 @@ def check_turn(act: ActionModel, agent: str, phase: str) -> None:
         raise ActionError(
             f"{act.action_type} is not allowed in the {phase} phase; legal now: {', '.join(legal)}"
         )
+
+
+def round_turns(sc: Scenario, r: int, active: list[str]) -> list[tuple[str, str]]:
+    """Round ``r``'s turns (:func:`round_schedule`) for the ``active`` seats: the designer's on
+    a design round (every ``rounds_per_design`` rounds, or only the first if the mechanism is
+    set once per episode), then ``negotiation_turns`` negotiation passes and a bidding pass."""
+    every = sc.rounds_per_design if sc.mechanism_every == "round" else sc.rounds
+    designs = sc.designer_seat and r % every == 0
+    return round_schedule(designs, sc.negotiation_turns, active)

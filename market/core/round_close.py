@@ -12,7 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
-from market.core import execution
+from market.core import coalitions as coal
+from market.core import execution, negotiation
 from market.core.bidding import RoundOrders
 from market.core.coalitions import CoalitionBook
 from market.core.collusion import InteractionGraph
@@ -207,3 +208,23 @@ def close_round(m: RoundState, potential: np.ndarray) -> RoundClose:
         m.scenario.rewards,
     )
     return RoundClose(result, rewards, parts, optimum, allocated)
+
+
+def housekeep(world: World, coalitions: CoalitionBook, book: Book, now: int) -> None:
+    """The housekeeping after round ``now`` closes, before the next round: the coalitions' end
+    of round, offers expire, reservations lapse, the book is pruned and the pitches cleared."""
+    coal.end_of_round(world, coalitions, now)
+    negotiation.expire_offers(book, now)
+    book.reserved.end_of_round(world, now)
+    book.prune()
+    book.pitches = {}
+
+
+def episode_over(world: World, now: int, rounds: int) -> bool:
+    """Whether the episode ends with round ``now``: the last round, or no lab active and none
+    still to enter."""
+    return bool(
+        now + 1 >= rounds
+        or not any(lab.active for lab in world.labs)
+        and not (world.entry_round > now).any()
+    )

@@ -70,3 +70,9 @@ def seat_alias(value: Any) -> Any:
 def seats_alias(value: Any) -> Any:
     """:func:`seat_alias` over a list (or one value)."""
     return [seat_alias(v) for v in value] if isinstance(value, list) else seat_alias(value)
+
+
+def seat_names(n_labs: int, designer: bool) -> list[str]:
+    """Every seat of a market of ``n_labs`` labs, in PettingZoo's ``possible_agents`` order: the
+    designer's first (if there is one), then the bidders' in lab order."""
+    return ([DESIGNER] if designer else []) + [bidder_seat(i) for i in range(n_labs)]

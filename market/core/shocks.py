@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from market.core.rng import RngStreams
 from market.core.scenario_schema import SHOCK_KINDS, Scenario, ShockKind
 from market.core.seats import bidder_seat
 from market.core.summation import ordered_sum
-from market.core.world import Job, World, draw_job
+from market.core.world import Job, World, draw_job, generate_world
 
 LAB_TARGETED = ("demand_surge", "budget_cut", "windfall", "lab_exit", "lab_entry")
 _RANDOM_MAGNITUDE = {
@@ -135,3 +136,13 @@ def apply_schedule(
             urgent.deadline = min(rounds - 1, s.round + 1)
             urgent.partial_credit = False
             lab.jobs.append(urgent)
+
+
+def draw_market(sc: Scenario, streams: RngStreams) -> tuple[World, list[Shock]]:
+    """The world and its shocks, drawn at reset in this order: the world from the ``world``
+    stream, then the shock schedule and its effects on the world from the ``shocks`` stream."""
+    world = generate_world(sc, streams.stream("world"))
+    shock_rng = streams.stream("shocks")
+    shocks = draw_shocks(sc, shock_rng)
+    apply_schedule(world, shocks, sc, shock_rng)
+    return world, shocks

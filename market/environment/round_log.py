@@ -1,18 +1,22 @@
-"""What the env reports about a round: the round-log summary (the transcript's ``round`` lines)
-and the ``ansi`` text rendering."""
+"""What the env reports about a round: the round-log summary (the transcript's ``round`` lines),
+what a closed round records (:func:`record_round`) and the ``ansi`` text rendering."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from market.core.audit import audit_round
 from market.core.execution import Breach
 from market.core.mechanisms import Mechanism
+from market.core.negotiation import Book
+from market.core.round_close import RoundClose
 from market.core.scenario_schema import Scenario
 from market.core.seats import bidder_seat
 from market.core.settlement import RoundResult
 from market.core.shocks import Shock
 from market.core.summation import ordered_sum
 from market.core.world import World
+from market.environment.conduct_log import ConductLog
 
 RoundSummary = dict[str, Any]  # one JSON-ready round-log entry (the transcript's round summary)
 
@@ -70,6 +74,42 @@ def breach_log(breach: Breach) -> dict[str, Any]:
         "compensation": breach.compensation,
         "penalty": breach.penalty,
     }
+
+
+class RoundRecords(Protocol):
+    """What a closed round is recorded in (``raw_env`` provides it)."""
+
+    @property
+    def designer_history(self) -> dict[str, list[float]]: ...
+    @property
+    def prices(self) -> list[float]: ...
+    @property
+    def results(self) -> list[RoundResult]: ...
+    @property
+    def round_log(self) -> list[RoundSummary]: ...
+    @property
+    def shocks(self) -> list[Shock]: ...
+    @property
+    def conduct(self) -> ConductLog: ...
+    @property
+    def world(self) -> World: ...
+    @property
+    def book(self) -> Book: ...
+
+
+def record_round(m: RoundRecords, close: RoundClose) -> None:
+    """Record a closed round: the designer's metrics, the clearing price and result, the round's
+    summary, the conduct log's close of the round and the market's audit of its claims (the labs
+    the judge committee charged with a false claim are not charged again)."""
+    result, parts = close.result, close.parts
+    for name, value in parts.items():
+        m.designer_history[name].append(value)
+    m.prices.append(result.price)
+    m.results.append(result)
+    m.round_log.append(round_summary(result, parts, close.optimum, close.allocated, m.shocks))
+    m.conduct.round_closed(result, m.book.contracts)
+    charged = {v.lab for v in result.verdicts if v.false_claims}  # by the committee
+    audit_round(m.world, m.conduct.take_audit(), charged)  # the market's audit
 
 
 class RenderState(Protocol):
