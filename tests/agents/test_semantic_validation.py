@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import market.environment.aec as aec
+import market.environment.dispatch as dispatch
 from agents.registry import make_agent
 from market.core.action_checks import refusals, validate_for
 from market.core.actions import ActionParseError, Bid, SendOffer, parse_action
@@ -159,7 +160,7 @@ def test_validate_for_agrees_with_the_env(
     except ActionParseError:
         return  # syntax is parse_action's business
     found = refusals(act, obs)
-    monkeypatch.setattr(aec, "check_action", _turn_only)  # the handlers alone
+    monkeypatch.setattr(dispatch, "check_action", _turn_only)  # the handlers alone
     env.step(raw)
     error = env.infos[seat].get("error")
     assert (error is None) == (not found), (raw, error, [r.text for r in found])
